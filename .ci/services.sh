@@ -1,0 +1,32 @@
+# Sourced by .ci/test: installs from Debian's apt what gpud's tests use as real
+# components (Docker engine, sshd, pebble, busybox for test images) and starts
+# the Docker engine when none answers. Safe to run again.
+need=()
+command -v dockerd >/dev/null || need+=(docker.io)
+command -v busybox >/dev/null || [ -x /bin/busybox ] || need+=(busybox-static)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v pebble >/dev/null || need+=(pebble)
+command -v ip >/dev/null || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "ci: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! timeout 10 docker info >/dev/null 2>&1; then
+  echo "ci: starting dockerd"
+  pidfile=/run/gpud-ci-dockerd.pid
+  if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then rm -f "$pidfile"; fi
+  nohup dockerd --pidfile "$pidfile" >/tmp/gpud-ci-dockerd.log 2>&1 &
+  for _ in $(seq 1 60); do
+    timeout 5 docker info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  if ! timeout 10 docker info >/dev/null 2>&1; then
+    echo "ci: dockerd did not answer within 60s; its log:" >&2
+    tail -50 /tmp/gpud-ci-dockerd.log >&2
+    exit 1
+  fi
+fi
+echo "ci: docker $(docker version --format '{{.Server.Version}}') ready"
