@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-
-	"gpud.dev/gpud/api"
 )
 
 // model is what the fake inventory knows about an accelerator model.
@@ -45,7 +43,7 @@ var fakeItem = regexp.MustCompile(`^(?:(\d+)\s*[xX]\s*)?([A-Za-z][A-Za-z0-9-]*)(
 // ParseFake builds an inventory from a spec such as "8xH100:80GB" or
 // "2xA100:40GB,1xT4:16GB": comma-separated items of [COUNTx]MODEL[:MEMORY].
 // COUNT defaults to 1, MEMORY to the model's usual size (binary units, as in
-// api.ParseSize). Known models get their real driver name, vendor and
+// api.ParseSize: 1GB = 1024³ bytes). Known models get their real driver name, vendor and
 // compute capability; unknown models are accepted as NVIDIA devices when
 // MEMORY is given. Devices of one NVLink-capable model are linked by
 // NVLink, others by PCIe across sockets. The result has Source "fake",
@@ -83,7 +81,7 @@ func ParseFake(spec string) (Inventory, error) {
 		if m[3] != "" {
 			memSpec = m[3]
 		}
-		mem, err := api.ParseSize(memSpec)
+		mem, err := parseFakeMemory(memSpec)
 		if err != nil {
 			return Inventory{}, fmt.Errorf("%q: memory: %w", item, err)
 		}
@@ -101,7 +99,7 @@ func ParseFake(spec string) (Inventory, error) {
 				UUID:              fmt.Sprintf("GPU-fa4e0000-0000-4000-8000-%012x", i),
 				Name:              mod.name,
 				Vendor:            mod.vendor,
-				MemoryTotal:       int64(mem),
+				MemoryTotal:       mem,
 				ComputeCapability: mod.cc,
 				PCIBusID:          fmt.Sprintf("0000:%02x:00.0", 0x10+i*0x10),
 				Healthy:           true,
@@ -168,4 +166,24 @@ func cloneInventory(inv Inventory) Inventory {
 		}
 	}
 	return out
+}
+
+// parseFakeMemory reads "80GB", "512MB", "1.5TB" in binary units, as
+// api.ParseSize does; gpu keeps its own copy so that this leaf package
+// depends on nothing else in gpud.
+func parseFakeMemory(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"TIB", 40}, {"GIB", 30}, {"MIB", 20}, {"TB", 40}, {"GB", 30}, {"MB", 20}} {
+		if num, ok := strings.CutSuffix(t, u.suffix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || f <= 0 || f > 1<<20 {
+				break
+			}
+			return int64(f * float64(int64(1)<<u.shift)), nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a memory size: write a number with a unit, like 80GB or 512MB", s)
 }

@@ -3,17 +3,125 @@ package gpu
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os/exec"
 )
 
-// fallback reads nvidia-smi and the PCI sysfs tree.
-type fallback struct{ opts Options }
-
-func newFallback(opts Options) *fallback { return &fallback{opts: opts} }
-
-func (f *fallback) Inventory(ctx context.Context) (Inventory, error) {
-	return Inventory{Source: SourceNone}, errors.New("not yet")
+// fallback reads nvidia-smi and the PCI sysfs tree: what a CGO_ENABLED=0
+// build, or a host whose NVML will not load, uses. Safe for concurrent
+// use: it holds no state between calls.
+type fallback struct {
+	smi   smi
+	sysfs string
 }
 
-func (f *fallback) Sample(ctx context.Context) ([]DeviceSample, error) { return nil, nil }
+func newFallback(opts Options) *fallback {
+	f := &fallback{smi: smi{path: opts.NvidiaSMI}, sysfs: opts.SysfsRoot}
+	if f.smi.path == "" {
+		f.smi.path = "nvidia-smi"
+	}
+	if f.sysfs == "" {
+		f.sysfs = "/sys"
+	}
+	return f
+}
 
+// Inventory takes NVIDIA devices from nvidia-smi and every other
+// accelerator from sysfs, numbered after them. NVIDIA devices that sysfs
+// sees but nvidia-smi cannot report (no driver, no tool) are listed as
+// unhealthy so the host's true contents stay visible.
+func (f *fallback) Inventory(ctx context.Context) (Inventory, error) {
+	pci, err := scanPCI(f.sysfs)
+	if err != nil {
+		return Inventory{}, err
+	}
+	inv, smiErr := f.smi.inventory(ctx)
+	if smiErr != nil {
+		if err := ctx.Err(); err != nil {
+			return Inventory{}, err
+		}
+		inv = Inventory{Source: SourceNone}
+	}
+	mps := mpsActive()
+	for i := range inv.Devices {
+		inv.Devices[i].MPS = mps
+		judgeHealth(&inv.Devices[i])
+	}
+	fromSMI := len(inv.Devices)
+	for _, p := range pci {
+		if p.vendor == pciNVIDIA && fromSMI > 0 {
+			continue // nvidia-smi already reported it, with more detail
+		}
+		d := p.toDevice()
+		d.Index = len(inv.Devices)
+		if p.vendor == pciNVIDIA {
+			d.Healthy = false
+			d.Problems = append(d.Problems, "nvidia-smi cannot report it: "+smiProblem(smiErr))
+		}
+		inv.Devices = append(inv.Devices, d)
+	}
+	switch {
+	case fromSMI == 0 && len(inv.Devices) > 0:
+		inv.Source = SourceSysfs
+	case fromSMI == 0:
+		inv.Source = SourceNone
+	}
+	if inv.Devices == nil {
+		inv.Devices = []Device{}
+	}
+	inv.Links = widenLinks(inv.Links, len(inv.Devices))
+	return inv, nil
+}
+
+// smiProblem says briefly why nvidia-smi gave nothing.
+func smiProblem(err error) string {
+	if smiMissing(err) {
+		return "nvidia-smi is not installed"
+	}
+	if err == nil {
+		return "it lists no devices"
+	}
+	return err.Error()
+}
+
+// widenLinks extends the NVIDIA links matrix to n devices. Devices only
+// sysfs knows reach the others across the system (SYS): nothing better is
+// known about them. Without an NVIDIA matrix there is none to widen.
+func widenLinks(links [][]Link, n int) [][]Link {
+	if links == nil || len(links) == n {
+		return links
+	}
+	out := make([][]Link, n)
+	for i := range n {
+		out[i] = make([]Link, n)
+		for j := range n {
+			switch {
+			case i == j:
+				out[i][j] = LinkSelf
+			case i < len(links) && j < len(links):
+				out[i][j] = links[i][j]
+			default:
+				out[i][j] = LinkSys
+			}
+		}
+	}
+	return out
+}
+
+// Sample reads NVIDIA devices through nvidia-smi; other vendors have no
+// sampler yet and are left out. A host without nvidia-smi samples nothing.
+func (f *fallback) Sample(ctx context.Context) ([]DeviceSample, error) {
+	samples, err := f.smi.sample(ctx)
+	if smiMissing(err) {
+		return []DeviceSample{}, nil
+	}
+	return samples, err
+}
+
+// Close does nothing: the fallback holds no resources.
 func (f *fallback) Close() error { return nil }
+
+// smiMissing reports whether err means there is no nvidia-smi to run.
+func smiMissing(err error) bool {
+	return errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist)
+}
