@@ -9,6 +9,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"gpud.dev/gpud/api"
@@ -40,8 +41,10 @@ type Found struct {
 	Handle  Handle
 	RunName string
 	Running bool
-	// Exit is valid when Running is false.
+	// Exit is valid when Running and Lost are false.
 	Exit Exit
+	// Lost means the job ended but its exit status is unknown.
+	Lost bool
 }
 
 // LogOptions selects which output Logs returns.
@@ -91,3 +94,7 @@ type Runtime interface {
 	// Close releases the runtime's connections; jobs keep running.
 	Close() error
 }
+
+// ErrExitUnknown means the job ended but nothing recorded how (its
+// supervisor died with it); the agent reports it as lost.
+var ErrExitUnknown = errors.New("the job ended but its exit status was not recorded")
