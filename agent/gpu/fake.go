@@ -10,7 +10,7 @@ import (
 
 // model is what the fake inventory knows about an accelerator model.
 type model struct {
-	name    string // as the driver reports it
+	name    string // as the driver reports it; %d stands for the memory in GB
 	vendor  string
 	cc      string
 	memory  string // default memory when the spec leaves it out
@@ -21,14 +21,14 @@ type model struct {
 var models = map[string]model{
 	"B200":    {"NVIDIA B200", VendorNVIDIA, "10.0", "180GB", 18},
 	"H200":    {"NVIDIA H200", VendorNVIDIA, "9.0", "141GB", 18},
-	"H100":    {"NVIDIA H100 80GB HBM3", VendorNVIDIA, "9.0", "80GB", 18},
-	"A100":    {"NVIDIA A100-SXM4-80GB", VendorNVIDIA, "8.0", "80GB", 12},
+	"H100":    {"NVIDIA H100 %dGB HBM3", VendorNVIDIA, "9.0", "80GB", 18},
+	"A100":    {"NVIDIA A100-SXM4-%dGB", VendorNVIDIA, "8.0", "80GB", 12},
 	"L40S":    {"NVIDIA L40S", VendorNVIDIA, "8.9", "48GB", 0},
 	"L4":      {"NVIDIA L4", VendorNVIDIA, "8.9", "24GB", 0},
 	"A10G":    {"NVIDIA A10G", VendorNVIDIA, "8.6", "24GB", 0},
 	"A10":     {"NVIDIA A10", VendorNVIDIA, "8.6", "24GB", 0},
 	"T4":      {"Tesla T4", VendorNVIDIA, "7.5", "16GB", 0},
-	"V100":    {"Tesla V100-SXM2-32GB", VendorNVIDIA, "7.0", "32GB", 6},
+	"V100":    {"Tesla V100-SXM2-%dGB", VendorNVIDIA, "7.0", "32GB", 6},
 	"RTX4090": {"NVIDIA GeForce RTX 4090", VendorNVIDIA, "8.9", "24GB", 0},
 	"MI300X":  {"AMD Instinct MI300X", VendorAMD, "", "192GB", 0},
 	"MI250X":  {"AMD Instinct MI250X", VendorAMD, "", "128GB", 0},
@@ -91,13 +91,17 @@ func ParseFake(spec string) (Inventory, error) {
 		if len(inv.Devices)+count > 64 {
 			return Inventory{}, fmt.Errorf("%q: more than 64 devices in one host", spec)
 		}
+		name := mod.name
+		if strings.Contains(name, "%d") {
+			name = fmt.Sprintf(name, (mem+gib/2)/gib)
+		}
 		linked = append(linked, mod.nvlinks)
 		for range count {
 			i := len(inv.Devices)
 			inv.Devices = append(inv.Devices, Device{
 				Index:             i,
 				UUID:              fmt.Sprintf("GPU-fa4e0000-0000-4000-8000-%012x", i),
-				Name:              mod.name,
+				Name:              name,
 				Vendor:            mod.vendor,
 				MemoryTotal:       mem,
 				ComputeCapability: mod.cc,
