@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io/fs"
 	"os/exec"
+
+	"github.com/rs/zerolog"
 )
 
 // fallback reads nvidia-smi and the PCI sysfs tree: what a CGO_ENABLED=0
@@ -47,30 +49,42 @@ func (f *fallback) Inventory(ctx context.Context) (Inventory, error) {
 		inv.Devices[i].MPS = mps
 		judgeHealth(&inv.Devices[i])
 	}
-	fromSMI := len(inv.Devices)
+	if smiErr != nil {
+		zerolog.Ctx(ctx).Debug().Err(smiErr).Msg("nvidia-smi gave no inventory; using PCI sysfs only")
+	}
+	addSysfsDevices(&inv, pci, "nvidia-smi cannot report it: "+smiProblem(smiErr))
+	return inv, nil
+}
+
+// addSysfsDevices appends the accelerators only sysfs knows about, numbered
+// after those already in inv. NVIDIA devices are added only when inv has
+// none (the driver or its tools failed; unreported says how): they are
+// listed as unhealthy so the host's true contents stay visible. Source becomes
+// "sysfs" when sysfs alone found something, "none" when nothing was found.
+func addSysfsDevices(inv *Inventory, pci []pciDevice, unreported string) {
+	known := len(inv.Devices)
 	for _, p := range pci {
-		if p.vendor == pciNVIDIA && fromSMI > 0 {
-			continue // nvidia-smi already reported it, with more detail
+		if p.vendor == pciNVIDIA && known > 0 {
+			continue // already reported, with more detail
 		}
 		d := p.toDevice()
 		d.Index = len(inv.Devices)
 		if p.vendor == pciNVIDIA {
 			d.Healthy = false
-			d.Problems = append(d.Problems, "nvidia-smi cannot report it: "+smiProblem(smiErr))
+			d.Problems = append(d.Problems, unreported)
 		}
 		inv.Devices = append(inv.Devices, d)
 	}
 	switch {
-	case fromSMI == 0 && len(inv.Devices) > 0:
+	case known == 0 && len(inv.Devices) > 0:
 		inv.Source = SourceSysfs
-	case fromSMI == 0:
+	case known == 0:
 		inv.Source = SourceNone
 	}
 	if inv.Devices == nil {
 		inv.Devices = []Device{}
 	}
 	inv.Links = widenLinks(inv.Links, len(inv.Devices))
-	return inv, nil
 }
 
 // smiProblem says briefly why nvidia-smi gave nothing.

@@ -230,7 +230,7 @@ func TestNVMLUnavailableFallsBack(t *testing.T) {
 	}
 	defer src.Close()
 	sys := nvml.New()
-	_, isNVML := src.(*NVMLSource)
+	_, isNVML := src.(withSysfs)
 	if loads := sys.Init() == nvml.SUCCESS; loads {
 		sys.Shutdown()
 		if !isNVML {
@@ -264,5 +264,27 @@ func TestNVMLClosedSourceRefusesReads(t *testing.T) {
 	}
 	if _, err := src.Sample(context.Background()); err == nil {
 		t.Fatal("sample after close succeeded")
+	}
+}
+
+func TestNVMLInventoryAddsOtherVendorsFromSysfs(t *testing.T) {
+	src := withSysfs{Source: openDGXH100(t), sysfs: testdataDir("mixed", "sysfs")}
+	inv, err := src.Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vendors []string
+	for i, d := range inv.Devices {
+		if d.Index != i {
+			t.Errorf("device %d has index %d", i, d.Index)
+		}
+		vendors = append(vendors, d.Vendor)
+	}
+	want := []string{"nvidia", "nvidia", "nvidia", "nvidia", "nvidia", "nvidia", "nvidia", "nvidia", "tpu", "amd", "tenstorrent"}
+	if !slices.Equal(vendors, want) {
+		t.Fatalf("vendors %v, want NVML's 8 GPUs then sysfs's TPU, AMD, Tenstorrent (its NVIDIA one skipped)", vendors)
+	}
+	if inv.Source != SourceNVML || len(inv.Links) != 11 || inv.Links[0][1] != "NV18" || inv.Links[0][9] != LinkSys || inv.Links[9][9] != LinkSelf {
+		t.Fatalf("source %q, links %v: want nvml with the NVLink matrix widened by SYS", inv.Source, inv.Links)
 	}
 }

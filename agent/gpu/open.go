@@ -3,6 +3,8 @@ package gpu
 import (
 	"context"
 	"fmt"
+
+	"github.com/rs/zerolog"
 )
 
 // Open returns the best source for opts: the fake inventory when
@@ -17,10 +19,34 @@ func Open(ctx context.Context, opts Options) (Source, error) {
 		}
 		return staticSource{inv: inv}, nil
 	}
+	fb := newFallback(opts)
 	if !opts.DisableNVML {
-		if src, err := openNVML(ctx); err == nil {
-			return src, nil
+		src, err := openNVML(ctx)
+		if err == nil {
+			return withSysfs{Source: src, sysfs: fb.sysfs}, nil
 		}
+		zerolog.Ctx(ctx).Debug().Err(err).Msg("NVML unavailable; reading nvidia-smi and PCI sysfs")
 	}
-	return newFallback(opts), nil
+	return fb, nil
+}
+
+// withSysfs adds to an NVML inventory the other vendors' accelerators
+// that only the PCI sysfs scan finds, so both builds list the same devices.
+type withSysfs struct {
+	Source
+	sysfs string
+}
+
+// Inventory is the NVML inventory followed by the sysfs-only devices.
+func (w withSysfs) Inventory(ctx context.Context) (Inventory, error) {
+	inv, err := w.Source.Inventory(ctx)
+	if err != nil {
+		return Inventory{}, err
+	}
+	pci, err := scanPCI(w.sysfs)
+	if err != nil {
+		return Inventory{}, err
+	}
+	addSysfsDevices(&inv, pci, "NVML does not list it")
+	return inv, nil
 }

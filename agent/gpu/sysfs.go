@@ -118,7 +118,7 @@ func readHex(path string) (uint32, error) {
 	return uint32(v), nil
 }
 
-// device turns a sysfs find into a Device; its index is set by the caller.
+// toDevice turns a sysfs find into a Device; the caller sets its index.
 func (p pciDevice) toDevice() Device {
 	d := Device{PCIBusID: p.busID, Healthy: true}
 	switch p.vendor {

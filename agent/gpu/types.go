@@ -49,7 +49,8 @@ type Inventory struct {
 }
 
 // Device is one physical accelerator. Fields a source cannot read stay at
-// their zero value; MemoryTotal, Name, Vendor and Index are always set.
+// their zero value; Index, Name and Vendor are always set, MemoryTotal is
+// set for every NVIDIA device and for other vendors' known models.
 type Device struct {
 	Index             int           `json:"index"`
 	UUID              string        `json:"uuid,omitempty"`
