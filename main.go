@@ -72,7 +72,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 
 // commands lists every registered command. A command is listed only once it works.
 func commands() []*cli.Command {
-	return []*cli.Command{}
+	return []*cli.Command{
+		simCommand(),
+	}
 }
 
 func setUsageErrors(cmd *cli.Command) {

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"gpud.dev/gpud/sched/scenario"
+)
+
+// simCommand runs the scheduler offline on a scenario file: the same code
+// the server runs, with the --json output as a contract.
+func simCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "sim",
+		Usage:     "run the scheduler on a scenario file and show placements, evictions, fair shares and why jobs wait",
+		ArgsUsage: "SCENARIO.yml",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print the state after the last cycle as JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError(fmt.Errorf("sim takes one scenario file"))
+			}
+			s, err := scenario.LoadFile(c.Args().First())
+			if err != nil {
+				return fmt.Errorf("sim: %w", err)
+			}
+			res := scenario.Run(s)
+			out := c.App.Writer
+			if c.Bool("json") {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res.Final)
+			}
+			if err := scenario.WriteText(out, res); err != nil {
+				return fmt.Errorf("sim: %w", err)
+			}
+			if diffs := scenario.Check(s, res.Final); len(diffs) > 0 {
+				return cli.Exit("expect: "+strings.Join(diffs, "\nexpect: "), 1)
+			} else if s.HasExpect {
+				fmt.Fprintln(out, "expect: ok")
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,276 @@
+package sched
+
+import (
+	"strconv"
+)
+
+// mode says which capacity a placement may use.
+type mode uint8
+
+const (
+	freeNow  mode = iota // only capacity free right now
+	freeSoon             // also capacity held by releasing tasks and victims
+)
+
+// matchingClasses returns the device classes a task can use, cached per
+// task shape: the feasibility of a device type is decided once per cycle.
+func (c *cycle) matchingClasses(t *Task) []int {
+	if t.GPU == 0 {
+		return nil
+	}
+	key := t.GPUName + "\x00" + t.MIG + "\x00" + strconv.FormatInt(t.GPUMemory, 10)
+	if m, ok := c.matchCache[key]; ok {
+		return m
+	}
+	m := []int{}
+	for i, cl := range c.classes {
+		if cl.mig != t.MIG || cl.memory < t.GPUMemory {
+			continue
+		}
+		if t.GPUName != "" && !equalFold(cl.name, t.GPUName) {
+			continue
+		}
+		m = append(m, i)
+	}
+	c.matchCache[key] = m
+	return m
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// fitsHost reports whether the node's CPU and memory take the task.
+func (n *nodeState) fitsHost(t *Task, m mode) bool {
+	cpu, mem := n.node.CPU-n.usedCPU, n.node.Memory-n.usedMem
+	if m == freeNow {
+		cpu -= n.relCPU
+		mem -= n.relMem
+	}
+	return t.CPU <= cpu && t.Memory <= mem
+}
+
+// devFree is the device capacity a placement in mode m may use.
+func (d *devState) free(m mode) int64 {
+	if m == freeNow {
+		return 1000 - d.used - d.rel
+	}
+	return 1000 - d.used
+}
+
+// pickDevices chooses devices of one class on node n for the task, or nil.
+// Whole-GPU tasks take wholly free devices, lowest index first, and never
+// a device shared by fractional tasks; fractional tasks pack onto the
+// fullest shared device that has room (spread: the emptiest device).
+func (c *cycle) pickDevices(n int, t *Task, class int, m mode) []int {
+	ns := &c.nodes[n]
+	if t.GPU >= 1000 {
+		want := int(t.GPU / 1000)
+		devs := make([]int, 0, want)
+		for p := range ns.devs {
+			d := &ns.devs[p]
+			if d.class == class && d.free(m) == 1000 && (m == freeNow || d.frac == 0 || d.used == 0) {
+				devs = append(devs, p)
+				if len(devs) == want {
+					return devs
+				}
+			}
+		}
+		return nil
+	}
+	best, bestFree := -1, int64(0)
+	for p := range ns.devs {
+		d := &ns.devs[p]
+		f := d.free(m)
+		if d.class != class || f < t.GPU {
+			continue
+		}
+		if best < 0 || c.better(f, bestFree, d.frac > 0, ns.devs[best].frac > 0) {
+			best, bestFree = p, f
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	return []int{best}
+}
+
+// better orders two candidate devices for a fractional task.
+func (c *cycle) better(f, bestF int64, shared, bestShared bool) bool {
+	if c.policy.GPU == Spread {
+		return f > bestF
+	}
+	if shared != bestShared {
+		return shared
+	}
+	return f < bestF
+}
+
+// findNode chooses a node and devices for task t within domain dom (nil:
+// anywhere). It walks the free-capacity buckets in policy order, so the
+// first node that fits is the bin-pack (or spread) choice.
+func (c *cycle) findNode(t *Task, dom bitset, m mode) (int, []int) {
+	if m == freeSoon {
+		return c.findReleasing(t, dom)
+	}
+	if t.GPU == 0 {
+		return c.findHostOnly(t, dom, c.idx.all, m)
+	}
+	classes := c.matchingClasses(t)
+	want := 1
+	if t.GPU >= 1000 {
+		want = int(t.GPU / 1000)
+	}
+	if t.GPU < 1000 && c.policy.GPU == BinPack {
+		for _, cl := range classes {
+			if n, devs := c.scanBucket(t, cl, c.idx.classes[cl].partial, dom, m); n >= 0 {
+				return n, devs
+			}
+		}
+	}
+	top := 0
+	for _, cl := range classes {
+		top = max(top, c.classes[cl].maxPerNode)
+	}
+	for step := 0; step <= top-want; step++ {
+		k := want + step
+		if c.policy.GPU == Spread {
+			k = top - step
+		}
+		for _, cl := range classes {
+			b := c.idx.classes[cl].buckets
+			if k >= len(b) {
+				continue
+			}
+			if n, devs := c.scanBucket(t, cl, b[k], dom, m); n >= 0 {
+				return n, devs
+			}
+		}
+	}
+	if t.GPU < 1000 && c.policy.GPU == Spread {
+		for _, cl := range classes {
+			if n, devs := c.scanBucket(t, cl, c.idx.classes[cl].partial, dom, m); n >= 0 {
+				return n, devs
+			}
+		}
+	}
+	return -1, nil
+}
+
+func (c *cycle) scanBucket(t *Task, class int, b, dom bitset, m mode) (int, []int) {
+	for n := b.next(0, dom); n >= 0; n = b.next(n+1, dom) {
+		ns := &c.nodes[n]
+		if !ns.fitsHost(t, m) {
+			continue
+		}
+		if devs := c.pickDevices(n, t, class, m); devs != nil {
+			return n, devs
+		}
+	}
+	return -1, nil
+}
+
+// findHostOnly places a task that needs no GPU by the CPU policy among
+// the nodes in set.
+func (c *cycle) findHostOnly(t *Task, dom, set bitset, m mode) (int, []int) {
+	best := -1
+	var bestFree int64
+	for n := set.next(0, dom); n >= 0; n = set.next(n+1, dom) {
+		ns := &c.nodes[n]
+		if !ns.fitsHost(t, m) {
+			continue
+		}
+		f := ns.node.CPU - ns.usedCPU - ns.relCPU
+		if best < 0 || (c.policy.CPU == BinPack && f < bestFree) || (c.policy.CPU == Spread && f > bestFree) {
+			best, bestFree = n, f
+		}
+	}
+	return best, []int{}
+}
+
+// findReleasing places a task onto nodes whose capacity is being freed.
+func (c *cycle) findReleasing(t *Task, dom bitset) (int, []int) {
+	if t.GPU == 0 {
+		return c.findHostOnly(t, dom, c.idx.rel, freeSoon)
+	}
+	classes := c.matchingClasses(t)
+	for n := c.idx.rel.next(0, dom); n >= 0; n = c.idx.rel.next(n+1, dom) {
+		ns := &c.nodes[n]
+		if !ns.fitsHost(t, freeSoon) {
+			continue
+		}
+		for _, cl := range classes {
+			if ns.classPos(cl) < 0 {
+				continue
+			}
+			if devs := c.pickDevices(n, t, cl, freeSoon); devs != nil {
+				return n, devs
+			}
+		}
+	}
+	return -1, nil
+}
+
+// placeTasks places the given tasks of job j inside dom, all or none.
+// It returns how many it placed before failing (all of them on success).
+func (c *cycle) placeTasks(j int, tasks []int, dom bitset, allow mode, a Action) (int, bool) {
+	mark := len(c.log)
+	js := &c.jobs[j]
+	for i, t := range tasks {
+		task := &js.job.Tasks[t]
+		n, devs := c.findNode(task, dom, freeNow)
+		pipelined := false
+		if n < 0 && allow == freeSoon {
+			n, devs = c.findNode(task, dom, freeSoon)
+			pipelined = true
+		}
+		if n < 0 {
+			c.rollback(mark)
+			return i, false
+		}
+		c.place(j, t, n, devs, pipelined, a)
+	}
+	return len(tasks), true
+}
+
+// placeGang places tasks of job j all or none, honouring the job's
+// topology: the preferred level's tightest fitting domain first, then the
+// required level's. On failure it returns the most tasks any allowed
+// domain could hold, for the reason.
+func (c *cycle) placeGang(j int, tasks []int, allow mode, a Action) (best int, ok bool) {
+	tc := c.jobs[j].job.Topology
+	if tc.Name == "" || (tc.Required == "" && tc.Preferred == "") {
+		return c.placeTasks(j, tasks, nil, allow, a)
+	}
+	for _, level := range []string{tc.Preferred, tc.Required} {
+		if level == "" {
+			continue
+		}
+		for _, dom := range c.domainsByTightness(j, tasks, tc.Name, level) {
+			n, ok := c.placeTasks(j, tasks, dom.nodes, allow, a)
+			if ok {
+				return n, true
+			}
+			best = max(best, n)
+		}
+	}
+	if tc.Required == "" {
+		return c.placeTasks(j, tasks, nil, allow, a)
+	}
+	return best, false
+}

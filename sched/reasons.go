@@ -1,0 +1,194 @@
+package sched
+
+import (
+	"strconv"
+	"strings"
+)
+
+// amount formats a quantity of a resource for a reason: "16 GPUs",
+// "0.5 GPU", "32 CPUs", "256GB".
+func amount(r Resource, v int64) string {
+	switch r {
+	case GPU, CPU:
+		word := "GPU"
+		if r == CPU {
+			word = "CPU"
+		}
+		s := strconv.FormatFloat(float64(v)/1000, 'f', -1, 64)
+		if v != 1000 && v >= 1000 || v == 0 {
+			word += "s"
+		}
+		return s + " " + word
+	default:
+		return sizeText(v)
+	}
+}
+
+func sizeText(v int64) string {
+	const gb = 1 << 30
+	if v%gb == 0 || v >= 10*gb {
+		return strconv.FormatFloat(float64(v)/gb, 'f', -1, 64) + "GB"
+	}
+	return strconv.FormatFloat(float64(v)/(1<<20), 'f', 0, 64) + "MB"
+}
+
+// gpuKind describes the devices a task accepts: "H100 GPUs", "80GB GPUs",
+// "1g.10gb MIG instances".
+func gpuKind(t *Task) string {
+	if t.MIG != "" {
+		return strings.TrimSpace(t.GPUName+" "+t.MIG) + " MIG instances"
+	}
+	var parts []string
+	if t.GPUMemory > 0 {
+		parts = append(parts, sizeText(t.GPUMemory))
+	}
+	if t.GPUName != "" {
+		parts = append(parts, t.GPUName)
+	}
+	parts = append(parts, "GPUs")
+	return strings.Join(parts, " ")
+}
+
+// taskShape describes one task's request: "8×H100", "0.5×GPU", "16 CPUs".
+func taskShape(t *Task) string {
+	if t.GPU == 0 {
+		return amount(CPU, t.CPU)
+	}
+	name := "GPU"
+	if t.GPUName != "" {
+		name = t.GPUName
+	}
+	if t.MIG != "" {
+		name += " " + t.MIG
+	}
+	return strconv.FormatFloat(float64(t.GPU)/1000, 'f', -1, 64) + "×" + name
+}
+
+// reasonFor is the one sentence a pending job carries in the plan.
+func (c *cycle) reasonFor(j int) string {
+	js := &c.jobs[j]
+	if js.reason != "" {
+		return js.reason
+	}
+	if js.active >= js.minM {
+		return "elastic job runs " + strconv.Itoa(js.active) + " of " + strconv.Itoa(len(js.tasks)) +
+			" tasks; there was no turn to grow it this cycle"
+	}
+	return "not considered: no action of this cycle places jobs"
+}
+
+// explainPlacement says why tasks of job j found no place, checking from
+// the most permanent cause (no such hardware) to the most passing one
+// (capacity in use right now).
+func (c *cycle) explainPlacement(j int, tasks []int) string {
+	js := &c.jobs[j]
+	if c.idx.all.next(0, nil) < 0 {
+		return "no node is schedulable"
+	}
+	for _, t := range tasks {
+		if r := c.explainImpossible(&js.job.Tasks[t]); r != "" {
+			return r
+		}
+	}
+	tc := js.job.Topology
+	if tc.Name != "" && tc.Required != "" {
+		doms := c.topology(tc.Name).levels[tc.Required]
+		if len(doms) == 0 {
+			return "no node carries the " + tc.Required + " label of topology " + tc.Name
+		}
+		best := 0
+		for _, d := range doms {
+			n, ok := c.placeTasks(j, tasks, d.nodes, freeSoon, Allocate)
+			if ok { // cannot happen after a failed placement; undo anyway
+				c.rollback(len(c.log) - n)
+			}
+			best = max(best, n)
+		}
+		return "gang needs " + strconv.Itoa(len(tasks)) + " tasks of " + taskShape(&js.job.Tasks[tasks[0]]) +
+			" in one " + tc.Required + "; the best " + tc.Required + " fits " + strconv.Itoa(best)
+	}
+	if len(tasks) > 1 {
+		n, ok := c.placeTasks(j, tasks, nil, freeSoon, Allocate)
+		if ok {
+			c.rollback(len(c.log) - n)
+		}
+		return "gang needs " + strconv.Itoa(len(tasks)) + " tasks of " + taskShape(&js.job.Tasks[tasks[0]]) +
+			" at once; free capacity fits " + strconv.Itoa(n)
+	}
+	return c.explainBusy(&js.job.Tasks[tasks[0]])
+}
+
+// explainImpossible names a request no schedulable node could ever meet.
+func (c *cycle) explainImpossible(t *Task) string {
+	var maxCPU, maxMem int64
+	maxDevs := 0
+	classes := c.matchingClasses(t)
+	for n := c.idx.all.next(0, nil); n >= 0; n = c.idx.all.next(n+1, nil) {
+		ns := &c.nodes[n]
+		maxCPU, maxMem = max(maxCPU, ns.node.CPU), max(maxMem, ns.node.Memory)
+		for _, nc := range ns.classes {
+			for _, cl := range classes {
+				if nc.class == cl {
+					maxDevs = max(maxDevs, nc.total)
+				}
+			}
+		}
+	}
+	want := int((t.GPU + 999) / 1000)
+	switch {
+	case t.GPU > 0 && maxDevs == 0:
+		return "no node has " + gpuKind(t)
+	case want > maxDevs:
+		return "no node has " + strconv.Itoa(want) + " " + gpuKind(t) + "; the largest has " + strconv.Itoa(maxDevs)
+	case t.CPU > maxCPU:
+		return "no node has " + amount(CPU, t.CPU) + "; the largest has " + amount(CPU, maxCPU)
+	case t.Memory > maxMem:
+		return "no node has " + sizeText(t.Memory) + " of memory; the largest has " + sizeText(maxMem)
+	}
+	return ""
+}
+
+// explainBusy names the resource that is short right now for one task.
+func (c *cycle) explainBusy(t *Task) string {
+	var freeCPU, freeMem, bestGPU int64
+	classes := c.matchingClasses(t)
+	for n := c.idx.all.next(0, nil); n >= 0; n = c.idx.all.next(n+1, nil) {
+		ns := &c.nodes[n]
+		freeCPU = max(freeCPU, ns.node.CPU-ns.usedCPU-ns.relCPU)
+		freeMem = max(freeMem, ns.node.Memory-ns.usedMem-ns.relMem)
+		if t.GPU == 0 {
+			continue
+		}
+		var whole, part int64
+		for p := range ns.devs {
+			d := &ns.devs[p]
+			for _, cl := range classes {
+				if d.class != cl {
+					continue
+				}
+				if d.free(freeNow) == 1000 {
+					whole += 1000
+				} else if d.frac > 0 {
+					part = max(part, d.free(freeNow))
+				}
+			}
+		}
+		if t.GPU < 1000 {
+			whole = max(min(whole, 1000), part)
+		}
+		bestGPU = max(bestGPU, whole)
+	}
+	switch {
+	case t.GPU >= 1000 && bestGPU < t.GPU:
+		return "no node has " + strconv.FormatInt(t.GPU/1000, 10) + " free " + gpuKind(t) + "; the most on one node is " +
+			strconv.FormatInt(bestGPU/1000, 10)
+	case t.GPU > 0 && t.GPU < 1000 && bestGPU < t.GPU:
+		return "no " + strings.TrimSuffix(gpuKind(t), "s") + " has " + amount(GPU, t.GPU) + " free; the most on one device is " +
+			amount(GPU, bestGPU)
+	case t.CPU > freeCPU:
+		return "no node has " + amount(CPU, t.CPU) + " free; the most on one node is " + amount(CPU, freeCPU)
+	case t.Memory > freeMem:
+		return "no node has " + sizeText(t.Memory) + " of memory free; the most on one node is " + sizeText(freeMem)
+	}
+	return "no node has " + taskShape(t) + " with " + amount(CPU, t.CPU) + " and " + sizeText(t.Memory) + " free together"
+}
