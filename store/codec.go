@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -8,6 +9,9 @@ import (
 
 // recordFormat is the first byte of every record value written by this
 // schema: it lets a later schema change the encoding without guessing.
+// Layout: [recordFormat][uvarint len(sealed)][sealed][compact JSON]. The
+// sealed envelope is stored raw (not base64 inside the JSON), so what is on
+// disk is exactly the ciphertext — or, in plaintext mode, the plaintext.
 const recordFormat byte = 2
 
 // diskRecord is a Record as stored: timestamps as Unix nanoseconds and the
@@ -29,7 +33,6 @@ type diskRecord struct {
 	Created   int64           `json:"c"`
 	Updated   int64           `json:"m"`
 	Spec      json.RawMessage `json:"spec,omitempty"`
-	Sealed    []byte          `json:"x,omitempty"`
 }
 
 // encodeRecord turns r into its stored bytes; sealed is r.Sealed already
@@ -39,14 +42,16 @@ func encodeRecord(r *Record, sealed []byte) ([]byte, error) {
 		ID: r.ID, Project: r.Project, Name: r.Name, Status: r.Status, Queue: r.Queue, Fleet: r.Fleet,
 		Instance: r.Instance, Run: r.Run, User: r.User, Role: r.Role, TokenHash: r.TokenHash,
 		Reason: r.Reason, Version: r.Version, Created: r.CreatedAt.UnixNano(), Updated: r.UpdatedAt.UnixNano(),
-		Spec: r.Spec, Sealed: sealed,
+		Spec: r.Spec,
 	}
 	b, err := json.Marshal(&d)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s %q: %w", r.Kind, r.ID, err)
 	}
-	out := make([]byte, 0, len(b)+1)
+	out := make([]byte, 0, 1+binary.MaxVarintLen64+len(sealed)+len(b))
 	out = append(out, recordFormat)
+	out = binary.AppendUvarint(out, uint64(len(sealed)))
+	out = append(out, sealed...)
 	return append(out, b...), nil
 }
 
@@ -60,8 +65,16 @@ func decodeRecord(k Kind, b []byte) (Record, error) {
 	if b[0] != recordFormat {
 		return Record{}, fmt.Errorf("%w: %s record has format %d, want %d", ErrInvalid, k, b[0], recordFormat)
 	}
+	n, w := binary.Uvarint(b[1:])
+	if w <= 0 || n > uint64(len(b)-1-w) {
+		return Record{}, fmt.Errorf("%w: %s record has a bad sealed length", ErrInvalid, k)
+	}
+	var sealed []byte
+	if n > 0 {
+		sealed = append([]byte(nil), b[1+w:1+w+int(n)]...)
+	}
 	var d diskRecord
-	if err := json.Unmarshal(b[1:], &d); err != nil {
+	if err := json.Unmarshal(b[1+w+int(n):], &d); err != nil {
 		return Record{}, fmt.Errorf("%w: %s record: %v", ErrInvalid, k, err)
 	}
 	if d.ID == "" {
@@ -72,7 +85,7 @@ func decodeRecord(k Kind, b []byte) (Record, error) {
 		Fleet: d.Fleet, Instance: d.Instance, Run: d.Run, User: d.User, Role: d.Role,
 		TokenHash: d.TokenHash, Reason: d.Reason, Version: d.Version,
 		CreatedAt: time.Unix(0, d.Created).UTC(), UpdatedAt: time.Unix(0, d.Updated).UTC(),
-		Spec: d.Spec, Sealed: d.Sealed,
+		Spec: d.Spec, Sealed: sealed,
 	}
 	return r, nil
 }
