@@ -1,0 +1,127 @@
+package api
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/goccy/go-yaml/ast"
+)
+
+// Resources is what one job (one node of a task, one replica of a service)
+// needs, with dstack's defaults: cpu "2..", memory "8GB..", disk "100GB..",
+// and no GPU requirement (gpu count "0..") when gpu is not given.
+type Resources struct {
+	CPU     CPUSpec     `json:"cpu"`
+	Memory  Range[Size] `json:"memory"`
+	SHMSize Size        `json:"shm_size,omitempty"`
+	GPU     GPUSpec     `json:"gpu"`
+	Disk    DiskSpec    `json:"disk"`
+}
+
+// CPUSpec is a number of CPU cores, optionally of one architecture.
+type CPUSpec struct {
+	Arch  string     `json:"arch,omitempty"` // "x86" or "arm"; empty means any
+	Count Range[int] `json:"count"`
+}
+
+// DiskSpec is the size of the job's root disk.
+type DiskSpec struct {
+	Size Range[Size] `json:"size"`
+}
+
+// Default resources, as in dstack.
+const (
+	defaultCPU    = 2
+	defaultMemory = 8 * GB
+	defaultDisk   = 100 * GB
+)
+
+// resourceKeys are the fields of resources; seen at the top level of a run
+// they are almost always mis-indented.
+var resourceKeys = map[string]bool{"cpu": true, "memory": true, "gpu": true, "disk": true, "shm_size": true}
+
+func (r *Resources) setDefaults() {
+	if r.CPU.Count.IsZero() {
+		r.CPU.Count = AtLeast(defaultCPU)
+	}
+	if r.Memory.IsZero() {
+		r.Memory = AtLeast(defaultMemory)
+	}
+	if r.Disk.Size.IsZero() {
+		r.Disk.Size = AtLeast(defaultDisk)
+	}
+	if r.GPU.Count.IsZero() {
+		r.GPU.Count = AtLeast(0)
+	}
+}
+
+// resources reads a resources mapping.
+func (d *decoder) resources(n ast.Node, path string) Resources {
+	var r Resources
+	d.object(n, path, "resources", fields{
+		"cpu":      func(n ast.Node, p string) { r.CPU, _ = d.cpu(n, p) },
+		"memory":   func(n ast.Node, p string) { r.Memory, _ = d.sizeRange(n, p) },
+		"shm_size": func(n ast.Node, p string) { r.SHMSize, _ = d.size(n, p) },
+		"gpu":      func(n ast.Node, p string) { r.GPU, _ = d.gpu(n, p) },
+		"disk": func(n ast.Node, p string) {
+			if d.isMap(n) {
+				d.object(n, p, "a disk spec", fields{
+					"size": func(n ast.Node, p string) { r.Disk.Size, _ = d.sizeRange(n, p) },
+				})
+				return
+			}
+			r.Disk.Size, _ = d.sizeRange(n, p)
+		},
+	})
+	return r
+}
+
+var archAliases = map[string]string{
+	"x86": "x86", "x86_64": "x86", "amd64": "x86",
+	"arm": "arm", "arm64": "arm", "aarch64": "arm",
+}
+
+// ParseCPU reads a CPU spec: a count or range ("16", "2..", "..64"),
+// optionally with an architecture in either order ("x86:16", "arm:8..").
+func ParseCPU(s string) (CPUSpec, error) {
+	var c CPUSpec
+	tokens := strings.Split(strings.TrimSpace(s), ":")
+	if len(tokens) > 2 {
+		return c, fmt.Errorf("%q has too many parts: write a count, or an architecture and a count, like x86:16", s)
+	}
+	for _, tok := range tokens {
+		tok = strings.TrimSpace(tok)
+		if a, ok := archAliases[strings.ToLower(tok)]; ok {
+			if c.Arch != "" {
+				return c, fmt.Errorf("%q names two architectures: keep one of x86, arm", s)
+			}
+			c.Arch = a
+			continue
+		}
+		if !c.Count.IsZero() {
+			return c, fmt.Errorf("%q: the architecture must be x86 or arm, like x86:16", s)
+		}
+		r, err := ParseRange(tok, parseOne[int])
+		if err != nil {
+			return c, fmt.Errorf("%q: cpu must be a count or range like 16 or 2.., optionally with an architecture like arm:8", s)
+		}
+		c.Count = r
+	}
+	return c, nil
+}
+
+func (d *decoder) cpu(n ast.Node, path string) (CPUSpec, bool) {
+	if !d.isMap(n) {
+		return value(d, n, path, ParseCPU)
+	}
+	var c CPUSpec
+	d.object(n, path, "a cpu spec", fields{
+		"arch": func(n ast.Node, p string) {
+			if s, ok := d.oneOf(n, p, "x86", "arm", "x86_64", "amd64", "arm64", "aarch64"); ok {
+				c.Arch = archAliases[s]
+			}
+		},
+		"count": func(n ast.Node, p string) { c.Count, _ = d.countRange(n, p) },
+	})
+	return c, true
+}
