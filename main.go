@@ -74,6 +74,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 func commands() []*cli.Command {
 	return []*cli.Command{
 		simCommand(),
+		validateCommand(),
 	}
 }
 

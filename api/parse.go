@@ -427,7 +427,11 @@ func (d *decoder) str(n ast.Node, path string) (string, bool) {
 	}
 	s, ok := scalarText(n)
 	if !ok {
-		d.errorAt(n, path, "expected a string, found "+describe(n), "")
+		fix := ""
+		if mv, isPair := n.(*ast.MappingNode); isPair && len(mv.Values) == 1 && !mv.IsFlowStyle {
+			fix = "YAML reads `text: more` as a mapping; put the whole value in quotes"
+		}
+		d.errorAt(n, path, "expected a string, found "+describe(n), fix)
 		return "", false
 	}
 	d.checkInterpolation(n, path, s)

@@ -19,8 +19,8 @@ type QueueSpec struct {
 
 // QueueResources holds the quota of each resource kind.
 type QueueResources struct {
-	GPU    QueueQuota `json:"gpu"`
-	CPU    QueueQuota `json:"cpu"`
+	GPU    QueueQuota  `json:"gpu"`
+	CPU    QueueQuota  `json:"cpu"`
 	Memory MemoryQuota `json:"memory"`
 }
 

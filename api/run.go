@@ -61,7 +61,7 @@ type RegistryAuth struct {
 
 // Retry says when a failed or interrupted run is resubmitted, and for how long.
 type Retry struct {
-	OnEvents []string `json:"on_events"` // no-capacity, interruption, error
+	OnEvents []string  `json:"on_events"` // no-capacity, interruption, error
 	Duration *Duration `json:"duration,omitempty"`
 }
 

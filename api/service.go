@@ -306,10 +306,12 @@ func (d *decoder) probes(n ast.Node, path string) []Probe {
 		p := index(path, i)
 		pr := Probe{Type: "http", URL: "/", Method: "get", Timeout: Duration{Value: 10e9}, Interval: Duration{Value: 15e9}, ReadyAfter: 1}
 		d.object(it, p, "a probe", fields{
-			"type":   func(n ast.Node, p string) { pr.Type, _ = d.oneOf(n, p, "http") },
-			"url":    func(n ast.Node, p string) { pr.URL, _ = d.str(n, p) },
-			"method": func(n ast.Node, p string) { pr.Method, _ = d.oneOf(n, p, "get", "post", "put", "delete", "patch", "head") },
-			"body":   func(n ast.Node, p string) { pr.Body, _ = d.str(n, p) },
+			"type": func(n ast.Node, p string) { pr.Type, _ = d.oneOf(n, p, "http") },
+			"url":  func(n ast.Node, p string) { pr.URL, _ = d.str(n, p) },
+			"method": func(n ast.Node, p string) {
+				pr.Method, _ = d.oneOf(n, p, "get", "post", "put", "delete", "patch", "head")
+			},
+			"body": func(n ast.Node, p string) { pr.Body, _ = d.str(n, p) },
 			"timeout": func(n ast.Node, p string) {
 				if v := d.duration(n, p, false); v != nil {
 					pr.Timeout = *v
