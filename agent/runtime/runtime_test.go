@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"gpud.dev/gpud/agent/internal/testimage"
 	"gpud.dev/gpud/agent/runtime"
 	"gpud.dev/gpud/agent/runtime/docker"
@@ -21,30 +19,7 @@ import (
 	"gpud.dev/gpud/internal/testutil"
 )
 
-// TestMain doubles as the process runtime's shim (the test binary is
-// started with "gpud-shim DIR"), and builds the test image once.
-func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == "gpud-shim" {
-		os.Exit(process.RunShim(os.Args[2]))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	err := buildImage(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the runtime tests need a reachable Docker engine (start dockerd; CI's .ci/test does): %v\n", err)
-		os.Exit(1)
-	}
-	os.Exit(m.Run())
-}
-
-func buildImage(ctx context.Context) error {
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	return testimage.Build(ctx, cli)
-}
+func TestMain(m *testing.M) { testimage.Main(m) }
 
 // target is one runtime under test plus how specs differ for it.
 type target struct {
@@ -74,7 +49,7 @@ func targets() []target {
 		{
 			name: "process",
 			open: func(t *testing.T, dataDir, agentID string) runtime.Runtime {
-				rt, err := process.New(process.Config{DataDir: dataDir, AgentID: agentID, ShimCommand: []string{os.Args[0], "gpud-shim"}})
+				rt, err := process.New(process.Config{DataDir: dataDir, AgentID: agentID, ShimCommand: testimage.ShimCommand()})
 				if err != nil {
 					t.Fatalf("process runtime: %v", err)
 				}

@@ -109,7 +109,11 @@ func (r *Runtime) containerConfig(spec api.JobSpec, hostfile string) (*container
 	if len(spec.Commands) > 0 {
 		cfg.Entrypoint = []string{} // the shell runs the commands, not the image's entrypoint
 	}
+	// An init process as PID 1 reaps zombies and lets the job's shell be
+	// signalled like anywhere else (PID 1 ignores signals it has no handler for).
+	withInit := true
 	hc := &container.HostConfig{
+		Init:       &withInit,
 		Privileged: spec.Privileged,
 		ShmSize:    int64(spec.ShmSize),
 		Mounts:     []mount.Mount{{Type: mount.TypeBind, Source: hostfile, Target: hostfileInContainer, ReadOnly: true}},

@@ -1,0 +1,345 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"gpud.dev/gpud/agent"
+	"gpud.dev/gpud/agent/client"
+	"gpud.dev/gpud/agent/gpu"
+	"gpud.dev/gpud/agent/internal/testimage"
+	"gpud.dev/gpud/agent/runtime"
+	"gpud.dev/gpud/agent/runtime/docker"
+	"gpud.dev/gpud/agent/runtime/process"
+	"gpud.dev/gpud/agent/server"
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testimage.Main(m) }
+
+const token = "test-token"
+
+// host is one agent data dir with a runtime kind; start brings up an
+// agent process-equivalent (runtime, agent, HTTP server) on it.
+type host struct {
+	kind    string
+	dataDir string
+	agentID string
+}
+
+type running struct {
+	agent *agent.Agent
+	rt    runtime.Runtime
+	srv   *httptest.Server
+	cli   *client.Client
+}
+
+func (h host) start(t *testing.T) *running {
+	t.Helper()
+	ctx := context.Background()
+	var rt runtime.Runtime
+	var dockerInfo api.DockerInfo
+	switch h.kind {
+	case "docker":
+		d, err := docker.New(ctx, docker.Config{DataDir: h.dataDir + "/docker", AgentID: h.agentID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, apiv := d.EngineVersion()
+		rt, dockerInfo = d, api.DockerInfo{Usable: true, Version: v, APIVersion: apiv}
+	default:
+		p, err := process.New(process.Config{DataDir: h.dataDir + "/jobs", AgentID: h.agentID, ShimCommand: testimage.ShimCommand()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt = p
+	}
+	gpus, err := gpu.Open(ctx, gpu.Options{Fake: "8xH100:80GB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(ctx, agent.Config{DataDir: h.dataDir, Runtime: rt, GPUs: gpus, Docker: dockerInfo, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler, err := server.New(a, token, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(handler)
+	cli, err := client.New(srv.URL, token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &running{agent: a, rt: rt, srv: srv, cli: cli}
+	t.Cleanup(func() { r.stop(); gpus.Close() })
+	return r
+}
+
+// stop takes the agent down the way a crash or upgrade would: jobs keep
+// running. It is idempotent.
+func (r *running) stop() {
+	if r.srv == nil {
+		return
+	}
+	r.srv.Close()
+	r.agent.Close()
+	r.rt.Close()
+	r.srv = nil
+}
+
+func newHost(t *testing.T, kind string) host {
+	return host{kind: kind, dataDir: t.TempDir(), agentID: fmt.Sprintf("a%d", time.Now().UnixNano())}
+}
+
+func spec(t *testing.T, id string, commands ...string) api.JobSpec {
+	return api.JobSpec{ID: id, RunName: "run-" + id, Image: testimage.Ref, Commands: commands, StopDuration: 2 * time.Second}
+}
+
+func removeAll(t *testing.T, c *client.Client) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		jobs, _ := c.List(ctx)
+		for _, j := range jobs {
+			c.Stop(ctx, j.ID)
+			c.Wait(ctx, j.ID)
+			c.Remove(ctx, j.ID)
+		}
+	})
+}
+
+var kinds = []string{"docker", "process"}
+
+func TestAPIRefusesRequestsWithoutTheToken(t *testing.T) {
+	r := newHost(t, "process").start(t)
+	for _, path := range []string{"/api/v1/host", "/api/v1/jobs", "/metrics"} {
+		resp, err := http.Get(r.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s without token: %d, want 401", path, resp.StatusCode)
+		}
+	}
+	bad, _ := client.New(r.srv.URL, "wrong", nil)
+	if _, err := bad.List(context.Background()); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("wrong token: %v, want 401", err)
+	}
+}
+
+func TestHostInfoReportsMachineAndFakeAccelerators(t *testing.T) {
+	r := newHost(t, "docker").start(t)
+	h, err := r.cli.Host(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.CPUs < 1 || h.Memory <= 0 || h.Disk <= 0 || h.Arch == "" || h.OS == "" || h.Hostname == "" {
+		t.Errorf("host info incomplete: %+v", h)
+	}
+	if !h.Docker.Usable || !strings.HasPrefix(h.Docker.APIVersion, "1.") || h.Runtime != "docker" {
+		t.Errorf("docker = %+v runtime %q", h.Docker, h.Runtime)
+	}
+	if n := len(h.Accelerators.Devices); n != 8 || h.Accelerators.Source != "fake" {
+		t.Fatalf("accelerators = %d from %q, want 8 fake", n, h.Accelerators.Source)
+	}
+	if d := h.Accelerators.Devices[0]; d.MemoryTotal != 80<<30 || !strings.Contains(d.Name, "H100") {
+		t.Errorf("device 0 = %+v", d)
+	}
+}
+
+func TestJobLifecycleOverTheAPI(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			r := newHost(t, kind).start(t)
+			removeAll(t, r.cli)
+			ctx := context.Background()
+			s := spec(t, "life", "echo hello", "sleep 0.05", "echo oops >&2", "trap 'echo bye; exit 0' TERM; echo ready; while true; do sleep 0.1; done")
+			s.GPUs.Devices = []string{"2", "3"}
+			st, err := r.cli.Start(ctx, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.State != api.JobRunning || st.Runtime != kind || st.Handle == "" {
+				t.Fatalf("started = %+v", st)
+			}
+			if _, err := r.cli.Start(ctx, s); err == nil {
+				t.Fatal("a second start of the same id succeeded")
+			}
+			// Follow logs in the background while the job runs.
+			followed := make(chan []string, 1)
+			go func() {
+				var got []string
+				r.cli.Logs(ctx, "life", client.LogOptions{Follow: true}, func(e api.JobLogEntry) error {
+					got = append(got, string(e.Stream)+":"+e.Line)
+					return nil
+				})
+				followed <- got
+			}()
+			m, err := r.cli.Metrics(ctx, "life")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.MemoryBytes <= 0 || len(m.GPUs) != 2 || m.GPUs[0].Index != 2 {
+				t.Errorf("metrics = %+v, want memory and GPUs 2,3", m)
+			}
+			prom := get(t, r, "/metrics")
+			for _, want := range []string{`gpud_gpu_utilization_percent{gpu="7"`, `gpud_gpu_power_watts{`, `gpud_job_cpu_seconds_total{job="life",run="run-life"}`, `gpud_job_gpu_utilization_percent{gpu="3",job="life"`, `gpud_agent_jobs{state="running"} 1`} {
+				if !strings.Contains(prom, want) {
+					t.Errorf("/metrics lacks %s", want)
+				}
+			}
+			testutil.Eventually(t, 20*time.Second, func() error {
+				var last string
+				r.cli.Logs(ctx, "life", client.LogOptions{}, func(e api.JobLogEntry) error { last = e.Line; return nil })
+				if last != "ready" {
+					return fmt.Errorf("the TERM trap is not set yet (last line %q)", last)
+				}
+				return nil
+			})
+			if st, err := r.cli.Stop(ctx, "life"); err != nil || (st.State != api.JobTerminating && !st.State.Finished()) {
+				t.Fatalf("stop = %+v, %v", st, err)
+			}
+			st, err = r.cli.Wait(ctx, "life")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.State != api.JobTerminated || st.Reason != api.ExitStopped || st.ExitCode != 0 {
+				t.Fatalf("after stop = %+v", st)
+			}
+			// The process runtime's shell may add "Terminated" on stderr for
+			// its killed sleep; the job's own lines must all be there, in order.
+			got := slices.DeleteFunc(<-followed, func(s string) bool { return s == "stderr:Terminated" })
+			if want := []string{"stdout:hello", "stderr:oops", "stdout:ready", "stdout:bye"}; !slices.Equal(got, want) {
+				t.Fatalf("followed logs = %q, want %q", got, want)
+			}
+			if err := r.cli.Remove(ctx, "life"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.cli.Get(ctx, "life"); !client.IsNotFound(err) {
+				t.Fatalf("after remove: %v, want not found", err)
+			}
+		})
+	}
+}
+
+func TestExitReasons(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			r := newHost(t, kind).start(t)
+			removeAll(t, r.cli)
+			oom := spec(t, "oom", `x=$(busybox head -c 400000000 /dev/zero | busybox tr '\0' a)`)
+			oom.Memory = 48 * api.MB
+			cases := []struct {
+				name   string
+				spec   api.JobSpec
+				state  api.JobState
+				reason api.ExitReason
+				code   int
+			}{
+				{"clean exit is done", spec(t, "ok", "true"), api.JobDone, api.ExitExited, 0},
+				{"non-zero exit is failed", spec(t, "bad", "exit 9"), api.JobFailed, api.ExitExited, 9},
+				{"a signal nobody on the agent sent is signaled", spec(t, "sig", "kill -KILL $$"), api.JobFailed, api.ExitSignaled, 137},
+				{"over the memory limit is oom_killed", oom, api.JobFailed, api.ExitOOMKilled, 137},
+			}
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					ctx := context.Background()
+					if _, err := r.cli.Start(ctx, c.spec); err != nil {
+						t.Fatal(err)
+					}
+					st, err := r.cli.Wait(ctx, c.spec.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if st.State != c.state || st.Reason != c.reason || st.ExitCode != c.code {
+						t.Fatalf("status = %s/%s/%d, want %s/%s/%d", st.State, st.Reason, st.ExitCode, c.state, c.reason, c.code)
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestRestartReadoptsRunningJobsAndReportsJobsThatEnded(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			h := newHost(t, kind)
+			gates := t.TempDir()
+			gated := func(id string, code int) api.JobSpec {
+				s := spec(t, id, "echo started-"+id, fmt.Sprintf("while [ ! -e /gates/%s ]; do sleep 0.05; done; echo done-%s; exit %d", id, id, code))
+				if kind == "docker" {
+					s.Volumes = []api.JobVolume{{HostPath: gates, Path: "/gates"}}
+				} else {
+					s.Commands[1] = strings.ReplaceAll(s.Commands[1], "/gates", gates)
+				}
+				return s
+			}
+			ctx := context.Background()
+			first := h.start(t)
+			for id, code := range map[string]int{"survivor": 3, "ended": 4} {
+				if _, err := first.cli.Start(ctx, gated(id, code)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first.stop() // the agent goes down; its jobs keep running
+			if err := os.WriteFile(gates+"/ended", nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// Give "ended" time to end while no agent runs, proven by its exit below.
+			time.Sleep(300 * time.Millisecond)
+
+			second := h.start(t)
+			removeAll(t, second.cli)
+			st, err := second.cli.Wait(ctx, "ended")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.State != api.JobFailed || st.ExitCode != 4 || !st.EndedWhileAgentDown {
+				t.Fatalf("ended = %+v, want failed with 4 while the agent was down", st)
+			}
+			st, err = second.cli.Get(ctx, "survivor")
+			if err != nil || st.State != api.JobRunning {
+				t.Fatalf("survivor = %+v, %v; want running after the restart", st, err)
+			}
+			os.WriteFile(gates+"/survivor", nil, 0o644)
+			st, err = second.cli.Wait(ctx, "survivor")
+			if err != nil || st.ExitCode != 3 || st.EndedWhileAgentDown {
+				t.Fatalf("survivor = %+v, %v; want exit 3 seen live", st, err)
+			}
+			var lines []string
+			second.cli.Logs(ctx, "survivor", client.LogOptions{}, func(e api.JobLogEntry) error { lines = append(lines, e.Line); return nil })
+			if want := []string{"started-survivor", "done-survivor"}; !slices.Equal(lines, want) {
+				t.Fatalf("logs across the restart = %q, want %q", lines, want)
+			}
+		})
+	}
+}
+
+func get(t *testing.T, r *running, path string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, r.srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
+	}
+	return string(b)
+}
