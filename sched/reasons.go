@@ -49,6 +49,14 @@ func gpuKind(t *Task) string {
 	return strings.Join(parts, " ")
 }
 
+// countable makes a plural kind singular for a count of one.
+func countable(kind string, n int64) string {
+	if n == 1 {
+		return strings.TrimSuffix(kind, "s")
+	}
+	return kind
+}
+
 // taskShape describes one task's request: "8×H100", "0.5×GPU", "16 CPUs".
 func taskShape(t *Task) string {
 	if t.GPU == 0 {
@@ -139,7 +147,7 @@ func (c *cycle) explainImpossible(t *Task) string {
 	case t.GPU > 0 && maxDevs == 0:
 		return "no node has " + gpuKind(t)
 	case want > maxDevs:
-		return "no node has " + strconv.Itoa(want) + " " + gpuKind(t) + "; the largest has " + strconv.Itoa(maxDevs)
+		return "no node has " + strconv.Itoa(want) + " " + countable(gpuKind(t), int64(want)) + "; the largest has " + strconv.Itoa(maxDevs)
 	case t.CPU > maxCPU:
 		return "no node has " + amount(CPU, t.CPU) + "; the largest has " + amount(CPU, maxCPU)
 	case t.Memory > maxMem:
@@ -180,7 +188,7 @@ func (c *cycle) explainBusy(t *Task) string {
 	}
 	switch {
 	case t.GPU >= 1000 && bestGPU < t.GPU:
-		return "no node has " + strconv.FormatInt(t.GPU/1000, 10) + " free " + gpuKind(t) + "; the most on one node is " +
+		return "no node has " + strconv.FormatInt(t.GPU/1000, 10) + " free " + countable(gpuKind(t), t.GPU/1000) + "; the most on one node is " +
 			strconv.FormatInt(bestGPU/1000, 10)
 	case t.GPU > 0 && t.GPU < 1000 && bestGPU < t.GPU:
 		return "no " + strings.TrimSuffix(gpuKind(t), "s") + " has " + amount(GPU, t.GPU) + " free; the most on one device is " +
