@@ -36,7 +36,7 @@ type GPUSpec struct {
 	TotalMemory       Range[Size] `json:"total_memory,omitzero"`
 	ComputeCapability string      `json:"compute_capability,omitempty"`
 	Fraction          float64     `json:"fraction,omitempty"`
-	MemoryShare       Size        `json:"memory_share,omitempty"`
+	MemoryShare       SizeSpec    `json:"memory_share,omitempty"`
 }
 
 // Fractional reports whether the request is for part of one device.

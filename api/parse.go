@@ -282,7 +282,8 @@ func (d *decoder) entries(n ast.Node, path, what string) ([]keyValue, bool) {
 type fields map[string]func(n ast.Node, path string)
 
 // object decodes mapping n with fs, reporting unknown keys with the closest
-// known key. It returns the keys that were present.
+// known key. It returns the keys that were present, each with the node to
+// point errors about its value at; nil when n is not a mapping.
 func (d *decoder) object(n ast.Node, path, what string, fs fields) map[string]ast.Node {
 	kvs, ok := d.entries(n, path, what)
 	if !ok {
@@ -296,7 +297,12 @@ func (d *decoder) object(n ast.Node, path, what string, fs fields) map[string]as
 			d.unknownField(kv, path, p, fs)
 			continue
 		}
-		present[kv.key] = kv.keyN
+		// Errors about a field's value point at the value (at the key when empty).
+		at := kv.value
+		if isNull(at) || at.GetToken() == nil {
+			at = kv.keyN
+		}
+		present[kv.key] = at
 		f(kv.value, p)
 	}
 	return present

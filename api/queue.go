@@ -26,9 +26,9 @@ type QueueResources struct {
 
 // MemoryQuota is QueueQuota for memory, in sizes ("512GB").
 type MemoryQuota struct {
-	Quota           Size    `json:"quota"`
-	Limit           *Size   `json:"limit,omitempty"`
-	OverQuotaWeight float64 `json:"over_quota_weight"`
+	Quota           SizeSpec  `json:"quota"`
+	Limit           *SizeSpec `json:"limit,omitempty"`
+	OverQuotaWeight float64   `json:"over_quota_weight"`
 }
 
 // QueueQuota is the share of one resource: Quota is deserved (GPUs, CPU

@@ -13,7 +13,7 @@ import (
 type Resources struct {
 	CPU     CPUSpec     `json:"cpu"`
 	Memory  Range[Size] `json:"memory"`
-	SHMSize Size        `json:"shm_size,omitempty"`
+	SHMSize SizeSpec    `json:"shm_size,omitempty"`
 	GPU     GPUSpec     `json:"gpu"`
 	Disk    DiskSpec    `json:"disk"`
 }

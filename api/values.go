@@ -11,28 +11,19 @@ import (
 	"github.com/goccy/go-yaml/ast"
 )
 
-// MarshalJSON writes the size the way ParseSize reads it ("80GB").
-func (s Size) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+// SizeSpec is a size as a configuration writes it: JSON carries it in the
+// configuration grammar ("80GB"), where Size itself travels as a number of
+// bytes in the wire types.
+type SizeSpec Size
 
-// UnmarshalJSON reads a size string ("80GB"; a bare "24" is 24GB) or a JSON
-// number, which is a count of bytes.
-func (s *Size) UnmarshalJSON(b []byte) error {
-	var str string
-	if err := json.Unmarshal(b, &str); err != nil {
-		var n int64
-		if err := json.Unmarshal(b, &n); err != nil {
-			return fmt.Errorf("size: want a string like 80GB or a number of bytes: %w", err)
-		}
-		*s = Size(n)
-		return nil
-	}
-	v, err := ParseSize(str)
-	if err != nil {
-		return fmt.Errorf("size: %w", err)
-	}
-	*s = v
-	return nil
-}
+// Bytes returns the size.
+func (s SizeSpec) Bytes() Size { return Size(s) }
+
+// String writes the size the way ParseSize reads it.
+func (s SizeSpec) String() string { return Size(s).String() }
+
+// MarshalJSON writes String as a JSON string.
+func (s SizeSpec) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
 
 // MarshalJSON writes the range the way ParseRange reads it ("1..8", "2..",
 // "80GB"); a range with no bound is null.
@@ -199,6 +190,7 @@ func (d *decoder) sizeRange(n ast.Node, path string) (Range[Size], bool) {
 }
 
 // size reads one size.
-func (d *decoder) size(n ast.Node, path string) (Size, bool) {
-	return value(d, n, path, ParseSize)
+func (d *decoder) size(n ast.Node, path string) (SizeSpec, bool) {
+	v, ok := value(d, n, path, ParseSize)
+	return SizeSpec(v), ok
 }

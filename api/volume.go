@@ -12,7 +12,7 @@ type VolumeSpec struct {
 	Backend             string            `json:"backend"`
 	Region              string            `json:"region,omitempty"`
 	AvailabilityZone    string            `json:"availability_zone,omitempty"`
-	Size                Size              `json:"size,omitempty"`
+	Size                SizeSpec          `json:"size,omitempty"`
 	VolumeID            string            `json:"volume_id,omitempty"`
 	AutoCleanupDuration *Duration         `json:"auto_cleanup_duration,omitempty"`
 	ClaimName           string            `json:"claim_name,omitempty"`
