@@ -73,6 +73,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 // commands lists every registered command. A command is listed only once it works.
 func commands() []*cli.Command {
 	return []*cli.Command{
+		agentCommand(),
 		simCommand(),
 		validateCommand(),
 	}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+
+	"gpud.dev/gpud/agent"
+	"gpud.dev/gpud/agent/gpu"
+	"gpud.dev/gpud/agent/host"
+	"gpud.dev/gpud/agent/runtime/process"
+	"gpud.dev/gpud/agent/server"
+	"gpud.dev/gpud/api"
+)
+
+// agentCommand is `gpud agent`: the host agent and its inventory dump.
+func agentCommand() *cli.Command {
+	fakeGPUs := &cli.StringFlag{Name: "fake-gpus", Usage: "report a fake inventory instead of reading hardware, like 8xH100:80GB", EnvVars: []string{"GPUD_FAKE_GPUS"}}
+	return &cli.Command{
+		Name:  "agent",
+		Usage: "run the host agent: report accelerators, run jobs in Docker or as processes, serve the agent API",
+		Description: "Serves the agent API (/api/v1, bearer token) and Prometheus /metrics. Jobs keep\n" +
+			"running when the agent stops; a restarted agent re-adopts them. See docs/agent.md.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "data-dir", Value: defaultAgentDir(), Usage: "state file, job files and the token live here", EnvVars: []string{"GPUD_AGENT_DATA_DIR"}},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7071", Usage: "host:port or unix:///path/agent.sock", EnvVars: []string{"GPUD_AGENT_LISTEN"}},
+			&cli.StringFlag{Name: "token", Usage: "API bearer token (default: DATA_DIR/token, created on first start)", EnvVars: []string{"GPUD_AGENT_TOKEN"}},
+			&cli.StringFlag{Name: "runtime", Value: agent.RuntimeAuto, Usage: "docker, process, or auto (docker when reachable, else process)"},
+			&cli.StringFlag{Name: "agent-id", Value: "default", Usage: "tells this agent's containers from other agents' on the same engine"},
+			fakeGPUs,
+		},
+		Action: func(c *cli.Context) error {
+			return runAgent(c.Context, agentFlags{
+				dataDir: c.String("data-dir"), listen: c.String("listen"), token: c.String("token"),
+				runtime: c.String("runtime"), agentID: c.String("agent-id"), fakeGPUs: c.String("fake-gpus"),
+			})
+		},
+		Subcommands: []*cli.Command{
+			{
+				Name:  "inventory",
+				Usage: "print this host's CPU, memory, disk, OS and accelerators once, then exit",
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the agent API's host info as JSON"}, fakeGPUs},
+				Action: func(c *cli.Context) error {
+					return runInventory(c.Context, c.String("fake-gpus"), c.Bool("json"), c.App.Writer)
+				},
+			},
+			{
+				Name:      "shim",
+				Hidden:    true,
+				Usage:     "supervise one process-runtime job (started by the agent)",
+				ArgsUsage: "JOB_DIR",
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usageError(fmt.Errorf("agent shim: give the job directory"))
+					}
+					if code := process.RunShim(c.Args().First()); code != 0 {
+						return cli.Exit("", code)
+					}
+					return nil
+				},
+			},
+		},
+	}
+}
+
+type agentFlags struct {
+	dataDir, listen, token, runtime, agentID, fakeGPUs string
+}
+
+func defaultAgentDir() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ".gpud/agent"
+	}
+	return filepath.Join(home, ".gpud", "agent")
+}
+
+func runAgent(ctx context.Context, f agentFlags) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := zerolog.Ctx(ctx).With().Str("component", "agent").Logger()
+	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
+		return fmt.Errorf("agent: data dir: %w", err)
+	}
+	token := f.token
+	if token == "" {
+		var err error
+		if token, err = agent.LoadOrCreateToken(f.dataDir); err != nil {
+			return err
+		}
+	}
+	rt, dockerInfo, err := agent.OpenRuntime(ctx, agent.RuntimeOptions{Kind: f.runtime, DataDir: f.dataDir, AgentID: f.agentID, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	gpus, err := gpu.Open(ctx, gpu.Options{Fake: f.fakeGPUs})
+	if err != nil {
+		return fmt.Errorf("agent: accelerators: %w", err)
+	}
+	defer gpus.Close()
+	a, err := agent.New(ctx, agent.Config{DataDir: f.dataDir, Runtime: rt, GPUs: gpus, Docker: dockerInfo, Version: version, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	h, err := server.New(a, token, log)
+	if err != nil {
+		return err
+	}
+	l, err := server.Listen(f.listen)
+	if err != nil {
+		return err
+	}
+	log.Info().Str("listen", f.listen).Str("runtime", rt.Name()).Str("data_dir", f.dataDir).Msg("agent serving")
+	return server.Serve(ctx, l, h)
+}
+
+func runInventory(ctx context.Context, fake string, asJSON bool, w io.Writer) error {
+	inv, err := gpu.Discover(ctx, gpu.Options{Fake: fake})
+	if err != nil {
+		return fmt.Errorf("inventory: %w", err)
+	}
+	dir, _ := os.Getwd()
+	h, err := host.Info(dir)
+	if err != nil {
+		return fmt.Errorf("inventory: %w", err)
+	}
+	h.Accelerators, h.AgentVersion = agent.Accelerators(inv), version
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(h)
+	}
+	printInventory(w, h)
+	return nil
+}
+
+func printInventory(w io.Writer, h api.HostInfo) {
+	fmt.Fprintf(w, "host      %s (%s, %s, kernel %s)\n", h.Hostname, h.OS, h.Arch, h.Kernel)
+	fmt.Fprintf(w, "cpus      %d\nmemory    %.1fGB\ndisk      %.1fGB (%.1fGB free)\n", h.CPUs, h.Memory.GiB(), h.Disk.GiB(), h.DiskFree.GiB())
+	fmt.Fprintf(w, "addresses %s\n", strings.Join(h.Addresses, ", "))
+	acc := h.Accelerators
+	fmt.Fprintf(w, "gpus      %d from %s", len(acc.Devices), acc.Source)
+	if acc.Driver != "" {
+		fmt.Fprintf(w, " (driver %s, CUDA %s)", acc.Driver, acc.CUDA)
+	}
+	fmt.Fprintln(w)
+	for _, d := range acc.Devices {
+		fmt.Fprintf(w, "  %d  %-28s %-8s %6s  %s  %s\n", d.Index, d.Name, d.Vendor, api.Size(d.MemoryTotal), d.PCIBusID, d.UUID)
+		for _, m := range d.MIG {
+			fmt.Fprintf(w, "       MIG %-10s %6s  %s\n", m.Profile, api.Size(m.MemoryTotal), m.UUID)
+		}
+	}
+	if len(acc.Links) > 0 {
+		fmt.Fprintln(w, "topology")
+		for i, row := range acc.Links {
+			fmt.Fprintf(w, "  %d  %s\n", i, strings.Join(row, " "))
+		}
+	}
+}
