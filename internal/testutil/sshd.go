@@ -134,9 +134,9 @@ func sshdRootfs() ([]byte, error) {
 	etc := map[string]string{
 		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n" +
 			"ops:x:1000:1000:ops:/home/ops:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
-		"etc/group":         "root:x:0:\nops:x:1000:\nnogroup:x:65534:\n",
-		"etc/shadow":        "root:*:19000:0:99999:7:::\nsshd:*:19000:0:99999:7:::\nops:*:19000:0:99999:7:::\n",
-		"etc/os-release":    "PRETTY_NAME=\"gpud sshd test host\"\nID=gpud-test\n",
+		"etc/group":           "root:x:0:\nops:x:1000:\nnogroup:x:65534:\n",
+		"etc/shadow":          "root:*:19000:0:99999:7:::\nsshd:*:19000:0:99999:7:::\nops:*:19000:0:99999:7:::\n",
+		"etc/os-release":      "PRETTY_NAME=\"gpud sshd test host\"\nID=gpud-test\n",
 		"etc/ssh/sshd_config": sshdConfig,
 	}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
