@@ -1,5 +1,7 @@
 package sched
 
+import "strconv"
+
 // Schedule runs one scheduling cycle over the snapshot and returns its
 // plan. It reads s and never modifies it; the same snapshot always gives
 // the same plan.
@@ -32,6 +34,15 @@ func Schedule(s *Snapshot) Plan {
 func (c *cycle) pendingTasks(j int) (toMin, extra []int) {
 	js := &c.jobs[j]
 	short := js.minM - js.active
+	if short > 0 && short > c.countPending(j) {
+		// Too few tasks left to complete the gang (others are
+		// terminating): placing some would leave it partly placed.
+		if js.reason == "" {
+			js.reason = "gang needs " + strconv.Itoa(js.minM) + " members but only " +
+				strconv.Itoa(js.active+c.countPending(j)) + " can run: the others are terminating"
+		}
+		return nil, nil
+	}
 	for t := range js.tasks {
 		if js.tasks[t].state != tsPending {
 			continue
@@ -44,6 +55,16 @@ func (c *cycle) pendingTasks(j int) (toMin, extra []int) {
 		}
 	}
 	return toMin, extra
+}
+
+func (c *cycle) countPending(j int) int {
+	n := 0
+	for t := range c.jobs[j].tasks {
+		if c.jobs[j].tasks[t].state == tsPending {
+			n++
+		}
+	}
+	return n
 }
 
 // waiting lists the jobs that still miss members they need, oldest first
