@@ -23,8 +23,10 @@ const (
 )
 
 // Kinds lists every kind, in documentation order.
-var kinds = []string{string(KindTask), string(KindService), string(KindDevEnvironment),
-	string(KindFleet), string(KindVolume), string(KindGateway), string(KindQueue)}
+func Kinds() []string {
+	return []string{string(KindTask), string(KindService), string(KindDevEnvironment),
+		string(KindFleet), string(KindVolume), string(KindGateway), string(KindQueue)}
+}
 
 // Config is one parsed configuration. Exactly one of the spec pointers is
 // set, the one named by Kind.
@@ -138,7 +140,7 @@ func (d *decoder) config(body ast.Node) *Config {
 			"add `type:` with one of task, service, dev-environment, fleet, volume, gateway, queue")
 		return nil
 	}
-	k, ok := d.oneOf(typeNode, "type", kinds...)
+	k, ok := d.oneOf(typeNode, "type", Kinds()...)
 	if !ok {
 		return nil
 	}

@@ -78,7 +78,7 @@ func TestWrittenExamplesParseAndRoundTrip(t *testing.T) {
 			checkRoundTrip(t, f, cfg)
 		})
 	}
-	for _, k := range kinds {
+	for _, k := range Kinds() {
 		if seen[Kind(k)] == 0 {
 			t.Errorf("no example of type %s in testdata/configs", k)
 		}

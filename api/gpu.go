@@ -19,9 +19,21 @@ const (
 	VendorTT     = "tt"
 )
 
-var vendorAliases = map[string]string{
-	"nvidia": VendorNVIDIA, "amd": VendorAMD, "tpu": VendorTPU, "google": VendorTPU,
-	"intel": VendorIntel, "tt": VendorTT, "tenstorrent": VendorTT,
+// vendorAlias maps a vendor as written to gpud's name for it, or "".
+func vendorAlias(s string) string {
+	switch strings.ToLower(s) {
+	case "nvidia":
+		return VendorNVIDIA
+	case "amd":
+		return VendorAMD
+	case "tpu", "google":
+		return VendorTPU
+	case "intel":
+		return VendorIntel
+	case "tt", "tenstorrent":
+		return VendorTT
+	}
+	return ""
 }
 
 // GPUSpec is a request for accelerators. An empty Vendor or Names matches
@@ -57,11 +69,11 @@ func ParseGPU(s string) (GPUSpec, error) {
 		switch {
 		case tok == "":
 			return g, fmt.Errorf("%q has an empty part: write tokens like H100:80GB:8, separated by single colons", s)
-		case vendorAliases[strings.ToLower(tok)] != "":
+		case vendorAlias(tok) != "":
 			if g.Vendor != "" {
 				return g, fmt.Errorf("%q names two vendors: keep one of nvidia, amd, tpu, intel, tt", s)
 			}
-			g.Vendor = vendorAliases[strings.ToLower(tok)]
+			g.Vendor = vendorAlias(tok)
 		case isSizeToken(tok):
 			if haveMem {
 				return g, fmt.Errorf("%q gives the memory twice: write one memory, like 80GB or 40GB..80GB", s)
@@ -217,7 +229,7 @@ func (d *decoder) gpu(n ast.Node, path string) (GPUSpec, bool) {
 	present := d.object(n, path, "a GPU spec", fields{
 		"vendor": func(n ast.Node, p string) {
 			if s, ok := d.oneOf(n, p, "nvidia", "amd", "tpu", "intel", "tt", "google", "tenstorrent"); ok {
-				g.Vendor = vendorAliases[s]
+				g.Vendor = vendorAlias(s)
 			}
 		},
 		"name": func(n ast.Node, p string) {

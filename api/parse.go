@@ -317,7 +317,7 @@ func (d *decoder) unknownField(kv keyValue, parent, path string, fs fields) {
 	fix := ""
 	_, hasResources := fs["resources"]
 	switch {
-	case hasResources && resourceKeys[kv.key]:
+	case hasResources && isResourceKey(kv.key):
 		fix = fmt.Sprintf("%s belongs under resources: indent it below `resources:`", kv.key)
 	default:
 		if s := suggest(kv.key, names); s != "" {

@@ -36,9 +36,15 @@ const (
 	defaultDisk   = 100 * GB
 )
 
-// resourceKeys are the fields of resources; seen at the top level of a run
-// they are almost always mis-indented.
-var resourceKeys = map[string]bool{"cpu": true, "memory": true, "gpu": true, "disk": true, "shm_size": true}
+// isResourceKey reports whether key is a field of resources; seen at the
+// top level of a run it is almost always mis-indented.
+func isResourceKey(key string) bool {
+	switch key {
+	case "cpu", "memory", "gpu", "disk", "shm_size":
+		return true
+	}
+	return false
+}
 
 func (r *Resources) setDefaults() {
 	if r.CPU.Count.IsZero() {
@@ -76,9 +82,15 @@ func (d *decoder) resources(n ast.Node, path string) Resources {
 	return r
 }
 
-var archAliases = map[string]string{
-	"x86": "x86", "x86_64": "x86", "amd64": "x86",
-	"arm": "arm", "arm64": "arm", "aarch64": "arm",
+// archAlias maps an architecture as written to "x86" or "arm", or "".
+func archAlias(s string) string {
+	switch strings.ToLower(s) {
+	case "x86", "x86_64", "amd64":
+		return "x86"
+	case "arm", "arm64", "aarch64":
+		return "arm"
+	}
+	return ""
 }
 
 // ParseCPU reads a CPU spec: a count or range ("16", "2..", "..64"),
@@ -91,7 +103,7 @@ func ParseCPU(s string) (CPUSpec, error) {
 	}
 	for _, tok := range tokens {
 		tok = strings.TrimSpace(tok)
-		if a, ok := archAliases[strings.ToLower(tok)]; ok {
+		if a := archAlias(tok); a != "" {
 			if c.Arch != "" {
 				return c, fmt.Errorf("%q names two architectures: keep one of x86, arm", s)
 			}
@@ -118,7 +130,7 @@ func (d *decoder) cpu(n ast.Node, path string) (CPUSpec, bool) {
 	d.object(n, path, "a cpu spec", fields{
 		"arch": func(n ast.Node, p string) {
 			if s, ok := d.oneOf(n, p, "x86", "arm", "x86_64", "amd64", "arm64", "aarch64"); ok {
-				c.Arch = archAliases[s]
+				c.Arch = archAlias(s)
 			}
 		},
 		"count": func(n ast.Node, p string) { c.Count, _ = d.countRange(n, p) },

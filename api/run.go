@@ -96,8 +96,8 @@ const (
 	CreationPolicyReuseOrCreate = "reuse-or-create"
 )
 
-// Retry events.
-var retryEvents = []string{"no-capacity", "interruption", "error"}
+// retryEvents lists the events a retry policy may name.
+func retryEvents() []string { return []string{"no-capacity", "interruption", "error"} }
 
 // runFields returns the decoders of every field RunSpec holds, for the
 // kind-specific decoders to extend.
@@ -199,14 +199,14 @@ func (d *decoder) retry(n ast.Node, path string) *Retry {
 		if !ok || !on {
 			return nil
 		}
-		return &Retry{OnEvents: append([]string(nil), retryEvents...), Duration: &Duration{Value: defaultRetryDuration}}
+		return &Retry{OnEvents: retryEvents(), Duration: &Duration{Value: defaultRetryDuration}}
 	}
 	r := &Retry{}
 	d.object(n, path, "a retry policy", fields{
 		"on_events": func(n ast.Node, p string) {
 			items, _ := d.seq(n, p, "a list of events")
 			for i, it := range items {
-				if s, ok := d.oneOf(it, index(p, i), retryEvents...); ok {
+				if s, ok := d.oneOf(it, index(p, i), retryEvents()...); ok {
 					r.OnEvents = append(r.OnEvents, s)
 				}
 			}
@@ -214,7 +214,7 @@ func (d *decoder) retry(n ast.Node, path string) *Retry {
 		"duration": func(n ast.Node, p string) { r.Duration = d.duration(n, p, false) },
 	})
 	if len(r.OnEvents) == 0 {
-		r.OnEvents = append([]string(nil), retryEvents...)
+		r.OnEvents = retryEvents()
 	}
 	return r
 }
