@@ -123,12 +123,8 @@ func (a *Agent) Start(ctx context.Context, spec api.JobSpec) (api.JobStatus, err
 	}
 	a.jobs[spec.ID] = j
 	a.mu.Unlock()
-	if err := a.db.Put(j.rec); err != nil {
-		a.mu.Lock()
-		delete(a.jobs, spec.ID)
-		a.mu.Unlock()
-		return api.JobStatus{}, err
-	}
+	// The job is first written once it runs (one fsync per start); if the
+	// agent dies mid-start, Adopt still finds the container by its labels.
 	h, err := a.rt.Start(ctx, spec, func() { a.log.Info().Str("job", spec.ID).Str("image", spec.Image).Msg("pulling image") })
 	if err != nil {
 		a.finish(j, runtime.Exit{Code: -1, FinishedAt: time.Now()}, api.ExitStartFailed, err.Error(), false)

@@ -142,6 +142,7 @@ func TestRuntimes(t *testing.T) {
 		{"a memory limit is enforced and reported as an OOM kill", testOOM},
 		{"user and working directory apply to the job", testUserWorkdir},
 		{"a new runtime instance adopts running and ended jobs", testAdopt},
+		{"usage reports the memory and CPU of a running job", testUsage},
 	}
 	for _, tg := range targets() {
 		t.Run(tg.name, func(t *testing.T) {
@@ -205,7 +206,7 @@ func testCommandsInOrder(t *testing.T, _ target, rt runtime.Runtime) {
 }
 
 func testLogOrder(t *testing.T, _ target, rt runtime.Runtime) {
-	h := started(t, rt, jobSpec(t, "echo a; sleep 0.05; echo b >&2; sleep 0.05; echo c; sleep 0.05; echo d >&2"))
+	h := started(t, rt, jobSpec(t, "echo a; sleep 0.2; echo b >&2; sleep 0.2; echo c; sleep 0.2; echo d >&2"))
 	wait(t, rt, h)
 	all := logs(t, rt, h, allStreams)
 	if got, want := lines(all), []string{"stdout:a", "stderr:b", "stdout:c", "stderr:d"}; !slices.Equal(got, want) {
@@ -369,4 +370,21 @@ func testAdopt(t *testing.T, tg target, rt runtime.Runtime) {
 			t.Errorf("%s exit = %+v, want %d", id, exit, code)
 		}
 	}
+}
+
+func testUsage(t *testing.T, _ target, rt runtime.Runtime) {
+	spec := jobSpec(t, "echo ready; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; while true; do sleep 0.1; done")
+	spec.Memory = 64 * api.MB
+	h := started(t, rt, spec)
+	waitForLine(t, rt, h, "stdout:ready")
+	testutil.Eventually(t, 20*time.Second, func() error {
+		u, err := rt.Usage(context.Background(), h)
+		if err != nil {
+			return err
+		}
+		if u.MemoryBytes <= 0 || u.MemoryLimit != int64(64*api.MB) || u.CPUSeconds <= 0 {
+			return fmt.Errorf("usage = %+v", u)
+		}
+		return nil
+	})
 }

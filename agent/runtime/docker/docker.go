@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -57,6 +58,9 @@ type Runtime struct {
 	cli     *client.Client
 	version string
 	nvidia  bool
+
+	mu      sync.Mutex
+	cgroups map[string]cgroupDirs // container id -> its accounting dirs, for Usage
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -89,7 +93,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cli.Close()
 		return nil, fmt.Errorf("docker runtime: %w", err)
 	}
-	return &Runtime{cfg: cfg, cli: cli, version: info.Info.ServerVersion, nvidia: nvidia}, nil
+	return &Runtime{cfg: cfg, cli: cli, version: info.Info.ServerVersion, nvidia: nvidia, cgroups: map[string]cgroupDirs{}}, nil
 }
 
 // Name returns "docker".

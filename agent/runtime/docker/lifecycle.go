@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -71,31 +70,6 @@ func notRunning(err error) bool {
 	return cerrdefs.IsConflict(err) || cerrdefs.IsNotFound(err)
 }
 
-// Usage reads one stats sample (one-shot, no waiting for a second one).
-func (r *Runtime) Usage(ctx context.Context, h runtime.Handle) (runtime.Usage, error) {
-	res, err := r.cli.ContainerStats(ctx, h.ID, client.ContainerStatsOptions{})
-	if err != nil {
-		return runtime.Usage{}, fmt.Errorf("job %s: stats: %w", h.JobID, err)
-	}
-	defer res.Body.Close()
-	var s container.StatsResponse
-	if err := json.NewDecoder(res.Body).Decode(&s); err != nil {
-		return runtime.Usage{}, fmt.Errorf("job %s: stats: %w", h.JobID, err)
-	}
-	mem := s.MemoryStats.Usage
-	// Page cache is reclaimable; report the working set as docker stats does.
-	if c, ok := s.MemoryStats.Stats["total_inactive_file"]; ok && c < mem {
-		mem -= c
-	} else if c, ok := s.MemoryStats.Stats["inactive_file"]; ok && c < mem {
-		mem -= c
-	}
-	u := runtime.Usage{CPUSeconds: float64(s.CPUStats.CPUUsage.TotalUsage) / 1e9, MemoryBytes: int64(mem)}
-	if s.MemoryStats.Limit > 0 && s.MemoryStats.Limit < 1<<62 {
-		u.MemoryLimit = int64(s.MemoryStats.Limit)
-	}
-	return u, nil
-}
-
 // Adopt lists this agent's containers, running or not.
 func (r *Runtime) Adopt(ctx context.Context) ([]runtime.Found, error) {
 	f := make(client.Filters).Add("label", LabelManaged+"=true", LabelAgent+"="+r.cfg.AgentID)
@@ -126,6 +100,9 @@ func (r *Runtime) Adopt(ctx context.Context) ([]runtime.Found, error) {
 // Remove deletes the container (forcefully, if it still runs) and the
 // job's files.
 func (r *Runtime) Remove(ctx context.Context, h runtime.Handle) error {
+	r.mu.Lock()
+	delete(r.cgroups, h.ID)
+	r.mu.Unlock()
 	_, err := r.cli.ContainerRemove(ctx, h.ID, client.ContainerRemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("job %s: remove container: %w", h.JobID, err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/authconfig"
@@ -53,11 +54,30 @@ func (r *Runtime) Start(ctx context.Context, spec api.JobSpec, pulling func()) (
 		r.cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, client.ContainerRemoveOptions{Force: true})
 		return runtime.Handle{}, fmt.Errorf("job %s: start container: %w", spec.ID, err)
 	}
+	if !needsInspect(spec) {
+		// Every published port is fixed: the handle is known without
+		// another round trip to the engine.
+		return runtime.Handle{JobID: spec.ID, ID: created.ID, StartedAt: time.Now().UTC(), Ports: spec.Ports}, nil
+	}
 	ins, err := r.cli.ContainerInspect(ctx, created.ID, client.ContainerInspectOptions{})
 	if err != nil {
 		return runtime.Handle{}, fmt.Errorf("job %s: inspect container: %w", spec.ID, err)
 	}
 	return handleOf(spec.ID, ins.Container), nil
+}
+
+// needsInspect reports whether the engine must be asked which host ports
+// it bound (some port lets the engine pick).
+func needsInspect(spec api.JobSpec) bool {
+	if spec.HostNetwork {
+		return false
+	}
+	for _, p := range spec.Ports {
+		if p.Host == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Runtime) ensureImage(ctx context.Context, spec api.JobSpec, pulling func()) error {
