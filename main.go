@@ -76,6 +76,17 @@ func commands() []*cli.Command {
 		agentCommand(),
 		simCommand(),
 		validateCommand(),
+		runCommand(),
+		applyCommand(),
+		psCommand(),
+		logsCommand(),
+		stopCommand(),
+		attachCommand(),
+		queueCommand(),
+		offerCommand(),
+		secretCommand(),
+		eventsCommand(),
+		loginCommand(),
 	}
 }
 

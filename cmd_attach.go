@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+
+	"github.com/urfave/cli/v2"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/portfwd"
+)
+
+// attachCommand forwards a run's ports to localhost until Ctrl-C.
+func attachCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "attach",
+		Usage:     "forward a run's ports to localhost until Ctrl-C: a service through the server proxy, a task's ports to its job",
+		ArgsUsage: "RUN",
+		Description: "A service is served on localhost:PORT (its port, or --port) by a reverse proxy to the\n" +
+			"server's /proxy/services/PROJECT/RUN/ with your token added. For tasks and dev\n" +
+			"environments each published port of the first job is forwarded over TCP from\n" +
+			"localhost to the host port the agent bound on the job's instance.",
+		Flags: clientFlags(
+			&cli.IntFlag{Name: "port", Usage: "local port for a service (default: the service's port)"},
+		),
+		Action: runAttach,
+	}
+}
+
+func runAttach(c *cli.Context) error {
+	name, err := oneArg(c, "run")
+	if err != nil {
+		return err
+	}
+	cl, t, err := connect(c)
+	if err != nil {
+		return err
+	}
+	run, err := cl.GetRun(c.Context, t.Project, name)
+	if err != nil {
+		return fmt.Errorf("attach %s: %w", name, err)
+	}
+	if run.Finished() {
+		return fmt.Errorf("attach %s: the run is %s", name, run.Status)
+	}
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	sigs, stop := interrupts()
+	defer stop()
+	go func() { <-sigs; cancel() }()
+	g := &forwards{cancel: cancel, errs: make(chan error, 16)}
+
+	if run.ServiceURL != "" {
+		port := c.Int("port")
+		if port == 0 {
+			port = servicePort(run)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return fmt.Errorf("attach %s: %w (pick another with --port)", name, err)
+		}
+		base := cl.BaseURL() + run.ServiceURL
+		fmt.Fprintf(c.App.Writer, "service %s: http://%s/ -> %s (Ctrl-C to detach)\n", name, l.Addr(), base)
+		g.goRun(func() error { return portfwd.HTTP(ctx, l, base, t.Token) })
+		return g.wait()
+	}
+
+	if len(run.Jobs) == 0 || len(run.Jobs[0].Ports) == 0 {
+		return fmt.Errorf("attach %s: the run publishes no ports (add ports: to its configuration)", name)
+	}
+	job := run.Jobs[0]
+	host, err := instanceAddress(ctx, cl, t.Project, job.Instance)
+	if err != nil {
+		return fmt.Errorf("attach %s: %w", name, err)
+	}
+	for _, p := range job.Ports {
+		if p.Host == 0 {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Container)))
+		if err != nil {
+			return fmt.Errorf("attach %s: port %d: %w", name, p.Container, err)
+		}
+		target := net.JoinHostPort(host, strconv.Itoa(p.Host))
+		fmt.Fprintf(c.App.Writer, "port %d: localhost:%d -> %s\n", p.Container, p.Container, target)
+		g.goRun(func() error {
+			return portfwd.TCP(ctx, l, target, func(err error) { fmt.Fprintf(c.App.ErrWriter, "gpud: %v\n", err) })
+		})
+	}
+	fmt.Fprintln(c.App.Writer, "forwarding; Ctrl-C to detach")
+	return g.wait()
+}
+
+// servicePort is the port a service listens on, from its configuration.
+func servicePort(run api.Run) int {
+	cfg, err := api.Parse("", run.Configuration)
+	if err == nil && cfg.Service != nil && cfg.Service.Port.Container > 0 {
+		return cfg.Service.Port.Container
+	}
+	return 8000
+}
+
+// instanceAddress is where a job's published ports are reached: the
+// instance's hostname, or the server's host for the server's local agent.
+func instanceAddress(ctx context.Context, cl *api.Client, project, instance string) (string, error) {
+	is, err := cl.ListInstances(ctx, project)
+	if err != nil {
+		return "", err
+	}
+	for _, in := range is {
+		if in.Name != instance && in.ID != instance {
+			continue
+		}
+		if in.Backend == "local" || in.Hostname == "" {
+			u, err := url.Parse(cl.BaseURL())
+			if err != nil {
+				return "", err
+			}
+			return u.Hostname(), nil
+		}
+		return in.Hostname, nil
+	}
+	return "", errors.New("the job's instance " + strconv.Quote(instance) + " is not listed")
+}
+
+// forwards runs forwarders; the first error ends them all.
+type forwards struct {
+	cancel context.CancelFunc
+	errs   chan error
+	n      int
+}
+
+func (f *forwards) goRun(fn func() error) {
+	f.n++
+	go func() {
+		err := fn()
+		if err != nil {
+			f.cancel()
+		}
+		f.errs <- err
+	}()
+}
+
+// wait returns the first error once every forwarder returned.
+func (f *forwards) wait() error {
+	var first error
+	for range f.n {
+		if err := <-f.errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

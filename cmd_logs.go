@@ -1,0 +1,40 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"gpud.dev/gpud/api"
+)
+
+// logsCommand prints a run's output, following it with -f.
+func logsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "logs",
+		Usage:     "print a run's output; -f follows it until the run finishes",
+		ArgsUsage: "RUN",
+		Flags: clientFlags(
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming until every job of the run finished"},
+			&cli.StringFlag{Name: "job", Usage: "only this job id (see gpud ps --json)"},
+		),
+		Action: func(c *cli.Context) error {
+			name, err := oneArg(c, "run")
+			if err != nil {
+				return err
+			}
+			cl, t, err := connect(c)
+			if err != nil {
+				return err
+			}
+			err = cl.RunLogs(c.Context, t.Project, name, api.LogOptions{Follow: c.Bool("follow"), Job: c.String("job")}, func(e api.LogEntry) error {
+				writeLogLine(c.App.Writer, c.App.ErrWriter, e)
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("logs %s: %w", name, err)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"gpud.dev/gpud/api"
+)
+
+// offerCommand lists idle capacity matching resources.
+func offerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "offer",
+		Usage: "list capacity a run could get now, best first",
+		Flags: clientFlags(
+			&cli.StringFlag{Name: "gpu", Usage: "GPUs, as in a configuration: H100:2, A100:40GB:1..2, 0.5"},
+			&cli.StringFlag{Name: "cpu", Usage: "CPU cores: 4, 4.."},
+			&cli.StringFlag{Name: "memory", Usage: "memory: 16GB.."},
+			jsonFlag,
+		),
+		Action: func(c *cli.Context) error {
+			cl, t, err := connect(c)
+			if err != nil {
+				return err
+			}
+			offers, err := cl.Offers(c.Context, t.Project, api.OfferQuery{GPU: c.String("gpu"), CPU: c.String("cpu"), Memory: c.String("memory")})
+			if err != nil {
+				return fmt.Errorf("offer: %w", err)
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, offers)
+			}
+			if len(offers) == 0 {
+				fmt.Fprintln(c.App.Writer, "no offers match")
+				return nil
+			}
+			tb := newTable(c.App.Writer, "#", "BACKEND", "FLEET", "INSTANCE", "RESOURCES", "PRICE", "AVAILABILITY")
+			for i, o := range offers {
+				tb.row(fmt.Sprint(i+1), o.Backend, orDash(o.Fleet), orDash(o.Instance), instanceResources(o.Resources), fmt.Sprintf("$%.4g", o.Price), orDash(o.Available))
+			}
+			return tb.flush()
+		},
+	}
+}

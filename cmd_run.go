@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/daemon"
+	"gpud.dev/gpud/internal/clientconf"
+)
+
+// runCommand submits a task, service or dev environment and follows it.
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "submit a task, service or dev environment, show its plan, stream its logs, exit with its exit code",
+		ArgsUsage: "FILE",
+		Description: "Reads the configuration, asks the server for a plan (the offers it would get), asks\n" +
+			"[y/n] unless -y, submits it, shows its status until it runs, then streams its logs and\n" +
+			"exits with the exit code of its first job. Ctrl-C asks whether to stop the run.\n" +
+			"With no server configured (no ~/.gpud/config.yml, no GPUD_SERVER) the run goes to an\n" +
+			"embedded server with a local agent on this machine, state under ~/.gpud ($GPUD_HOME),\n" +
+			"and -y is implied.",
+		Flags: clientFlags(
+			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "submit without asking"},
+			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "submit and return; follow later with gpud logs -f"},
+			&cli.StringFlag{Name: "name", Aliases: []string{"n"}, Usage: "run name (default: the configuration's name, or one the server picks)"},
+			&cli.BoolFlag{Name: "force", Usage: "replace an active run of the same name"},
+			&cli.StringFlag{Name: "profile", Usage: "merge the named profile of .gpud/profiles.yml or .dstack/profiles.yml"},
+		),
+		Action: runRun,
+	}
+}
+
+func runRun(c *cli.Context) error {
+	path, err := oneArg(c, "file")
+	if err != nil {
+		return err
+	}
+	cfg, source, err := loadRunConfig(path, c.String("profile"), c.App.ErrWriter)
+	if err != nil {
+		return err
+	}
+	target, err := resolveTarget(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	sess := &runSession{out: c.App.Writer, errw: c.App.ErrWriter, project: target.Project, assumeYes: c.Bool("yes")}
+	if target.Embedded {
+		stop, err := sess.startEmbedded(ctx, c)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	} else if sess.client, err = api.NewClient(target.URL, target.Token, nil); err != nil {
+		return err
+	}
+	req := api.ApplyRunRequest{
+		ApplyRequest: api.ApplyRequest{ConfigurationYAML: string(source), Filename: filepath.Base(path)},
+		Env:          api.ClientEnv(cfg, source, os.LookupEnv),
+		Name:         c.String("name"),
+		Force:        c.Bool("force"),
+	}
+	if cfg.Run() != nil && hasProfile(c) {
+		// A merged profile exists only client-side: send the normalized spec.
+		if req.Configuration, err = cfg.MarshalJSON(); err != nil {
+			return err
+		}
+		req.ConfigurationYAML = ""
+	}
+	run, err := sess.submit(ctx, req)
+	if err != nil || run == nil {
+		return err
+	}
+	if c.Bool("detach") {
+		fmt.Fprintf(sess.errw, "run %s submitted; follow it with gpud logs -f %s\n", run.Name, run.Name)
+		return nil
+	}
+	return sess.follow(ctx, run.Name)
+}
+
+// hasProfile reports whether a profile may have been merged into the run.
+func hasProfile(c *cli.Context) bool {
+	p, err := selectProfile(c.String("profile"))
+	return err == nil && p != nil
+}
+
+// loadRunConfig parses the file and checks it is a run; errors are printed
+// with their positions and mapped to exit code 1.
+func loadRunConfig(path, profileName string, stderr io.Writer) (*api.Config, []byte, error) {
+	profile, err := selectProfile(profileName)
+	if err != nil {
+		return nil, nil, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
+	}
+	source, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
+	}
+	cfg, err := api.Parse(path, source, api.WithProfile(profile))
+	if err != nil {
+		var el api.ErrorList
+		if errors.As(err, &el) {
+			for _, e := range el {
+				fmt.Fprintln(stderr, e.Detail())
+			}
+			return nil, nil, cli.Exit(fmt.Sprintf("gpud run: %s is invalid", path), exitInvalidInput)
+		}
+		return nil, nil, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
+	}
+	if cfg.Run() == nil {
+		return nil, nil, cli.Exit(fmt.Sprintf("gpud run: %s is a %s, not a task, service or dev-environment — use gpud apply %s", path, cfg.Kind, path), exitInvalidInput)
+	}
+	return cfg, source, nil
+}
+
+// runSession is one `gpud run`: where it submits and how it talks to the user.
+type runSession struct {
+	client    *api.Client
+	project   string
+	out, errw io.Writer
+	assumeYes bool
+	embedded  bool
+}
+
+// startEmbedded starts the in-process server and local agent; the returned
+// function shuts it down.
+func (s *runSession) startEmbedded(ctx context.Context, c *cli.Context) (func(), error) {
+	home, err := clientconf.Home(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	logger := *zerolog.Ctx(c.Context)
+	if !rootFlagSet(c, "log-level") {
+		// The embedded server's routine logs would drown the job's output.
+		logger = logger.Level(zerolog.WarnLevel)
+	}
+	srv, url, token, err := daemon.StartEmbedded(ctx, daemon.EmbeddedOptions{DataDir: filepath.Join(home, "server"), Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("start the embedded server: %w", err)
+	}
+	if s.client, err = api.NewClient(url, token, nil); err != nil {
+		srv.Close()
+		return nil, err
+	}
+	s.embedded, s.assumeYes, s.project = true, true, daemon.DefaultProject
+	runtime := "local agent"
+	if is, err := s.client.ListInstances(ctx, s.project); err == nil && len(is) > 0 && is[0].Runtime != "" {
+		runtime += ", " + is[0].Runtime + " runtime"
+	}
+	fmt.Fprintf(s.errw, "gpud: no server configured — running on this machine (embedded server, %s; state in %s)\n", runtime, home)
+	return func() { _ = srv.Close() }, nil
+}
+
+// rootFlagSet reports whether a global flag was given on the command line.
+func rootFlagSet(c *cli.Context, name string) bool {
+	for _, l := range c.Lineage() {
+		if l.IsSet(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// submit plans the run, shows the plan, asks, and applies. It returns nil
+// without an error when the user declines.
+func (s *runSession) submit(ctx context.Context, req api.ApplyRunRequest) (*api.Run, error) {
+	plan, err := s.client.PlanRun(ctx, s.project, req)
+	if err != nil {
+		return nil, serverError("plan", err, s.errw)
+	}
+	switch {
+	case !s.assumeYes:
+		printPlan(s.out, plan)
+	case !s.embedded:
+		// Scripts read the job's output on stdout: keep the plan off it.
+		fmt.Fprintf(s.errw, "run %s: %s in project %s, %d offers\n", orDash(plan.Run.Name), plan.Action, s.project, len(plan.Offers))
+	}
+	if plan.Message != "" {
+		fmt.Fprintf(s.errw, "note: %s\n", plan.Message)
+	}
+	if !s.assumeYes {
+		if !stdinIsTerminal() {
+			return nil, usageError(errors.New("run: stdin is not a terminal, so gpud cannot ask [y/n] — pass -y to submit without asking"))
+		}
+		verb := "Submit"
+		if plan.Action == "replace" {
+			verb = "Replace the active run with"
+		}
+		if !ask(s.errw, fmt.Sprintf("%s the run %s?", verb, orDash(plan.Run.Name))) {
+			fmt.Fprintln(s.errw, "not submitted")
+			return nil, nil
+		}
+		req.Force = req.Force || plan.Action == "replace"
+	}
+	run, err := s.client.ApplyRun(ctx, s.project, req)
+	if err != nil {
+		return nil, serverError("submit", err, s.errw)
+	}
+	return &run, nil
+}
+
+// ask prints question [y/n] and reads an answer from stdin.
+func ask(w io.Writer, question string) bool {
+	fmt.Fprintf(w, "%s [y/n] ", question)
+	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+	a := strings.ToLower(strings.TrimSpace(line))
+	return a == "y" || a == "yes"
+}
+
+// printPlan writes the run's plan: what it asks for and the offers.
+func printPlan(w io.Writer, plan api.RunPlan) {
+	r := plan.Run
+	fmt.Fprintf(w, " project  %s\n run      %s (%s, %s)\n queue    %s, priority %d\n", r.Project, orDash(r.Name), r.Type, plan.Action, orDash(r.Queue), r.Priority)
+	if len(r.Jobs) > 0 {
+		j := r.Jobs[0].Resources
+		fmt.Fprintf(w, " jobs     %d × %s\n", len(r.Jobs), jobResources(j))
+	}
+	fmt.Fprintln(w)
+	if len(plan.Offers) == 0 {
+		fmt.Fprintln(w, " no offers now; the run will wait in its queue")
+		return
+	}
+	t := newTable(w, " #", "BACKEND", "FLEET", "INSTANCE", "RESOURCES", "PRICE", "AVAILABILITY")
+	for i, o := range plan.Offers {
+		t.row(fmt.Sprintf(" %d", i+1), o.Backend, orDash(o.Fleet), orDash(o.Instance), instanceResources(o.Resources), fmt.Sprintf("$%.4g", o.Price), orDash(o.Available))
+	}
+	_ = t.flush()
+	fmt.Fprintln(w)
+}
+
+// serverError prints every configuration error of an invalid_configuration
+// answer (the server's positions) and returns an exit-1 error.
+func serverError(what string, err error, stderr io.Writer) error {
+	var se *api.ServerError
+	if errors.As(err, &se) && len(se.Errors) > 0 {
+		for _, e := range se.Errors {
+			fmt.Fprintln(stderr, e)
+		}
+		return cli.Exit(fmt.Sprintf("gpud: %s: the server refused the configuration", what), exitInvalidInput)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// interrupts delivers SIGINT and SIGTERM until stop is called.
+func interrupts() (<-chan os.Signal, func()) {
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	return ch, func() { signal.Stop(ch) }
+}
