@@ -37,8 +37,15 @@ func (c *cycle) allocate() {
 func (c *cycle) allocatePass(step func(j int) bool) {
 	cursor := make([]int, len(c.queues))
 	work := make([]int, len(c.queues))
+	// Only jobs with a pending task take part: running jobs cost nothing.
+	waiting := make([][]int, len(c.queues))
 	for q := range c.queues {
-		if n := len(c.queues[q].jobs); n > 0 {
+		for _, j := range c.queues[q].jobs {
+			if c.countPending(j) > 0 {
+				waiting[q] = append(waiting[q], j)
+			}
+		}
+		if n := len(waiting[q]); n > 0 {
 			for _, a := range c.queues[q].path {
 				work[a] += n
 			}
@@ -50,7 +57,7 @@ func (c *cycle) allocatePass(step func(j int) bool) {
 			return
 		}
 		qs := &c.queues[q]
-		j := qs.jobs[cursor[q]]
+		j := waiting[q][cursor[q]]
 		if step(j) {
 			continue
 		}

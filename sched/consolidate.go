@@ -15,7 +15,17 @@ func (c *cycle) consolidate() {
 		toMin, _ := c.pendingTasks(j)
 		js := &c.jobs[j]
 		req := js.request(toMin)
-		if c.gate(j, req) != "" || !c.freeInTotal(&js.job.Tasks[toMin[0]], req) {
+		if c.gate(j, req) != "" {
+			continue
+		}
+		// Moving tasks never adds free capacity, so a shape that lacks it
+		// in total lacks it for the rest of the action.
+		key := c.shapeKey(j, toMin)
+		if _, short := c.failByKind[key]; short {
+			continue
+		}
+		if !c.freeInTotal(&js.job.Tasks[toMin[0]], req) {
+			c.failByKind[key] = failure{}
 			continue
 		}
 		if js.job.Topology.Required != "" {

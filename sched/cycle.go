@@ -73,6 +73,9 @@ func (c *cycle) waiting() []int {
 	var out []int
 	for _, q := range c.leafOrder() {
 		for _, j := range c.queues[q].jobs {
+			if c.countPending(j) == 0 {
+				continue
+			}
 			if toMin, _ := c.pendingTasks(j); len(toMin) > 0 {
 				out = append(out, j)
 			}

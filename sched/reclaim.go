@@ -6,24 +6,40 @@ package sched
 // where the two queues' branches meet and below it on the victim's side.
 // Victims must have run for their queue's reclaim min runtime.
 func (c *cycle) reclaim() {
-	for _, j := range c.unplacedJobs() {
+	pending := c.unplacedJobs()
+	if len(pending) == 0 {
+		return
+	}
+	x := c.buildVictimIndex()
+	var holders []int
+	for q := range x.byQueue {
+		if len(x.byQueue[q]) > 0 {
+			holders = append(holders, q)
+		}
+	}
+	for _, j := range pending {
 		js := &c.jobs[j]
 		toMin, _ := c.pendingTasks(j)
+		if len(toMin) == 0 {
+			continue
+		}
 		req := js.request(toMin)
 		if !c.withinFairShare(js.queue, req) {
 			continue
 		}
-		c.evictFor(j, victimRules{
+		var from []int
+		for _, q := range holders {
+			if q != js.queue {
+				if _, top := c.lowestCommon(js.queue, q); top >= 0 {
+					from = append(from, q)
+				}
+			}
+		}
+		c.evictFor(x, j, victimRules{
 			action: Reclaim,
-			eligible: func(v int) bool {
-				vq := c.jobs[v].queue
-				if vq == js.queue || !c.minRuntimeMet(v, Reclaim) {
-					return false
-				}
+			queues: from,
+			queueOK: func(vq int) bool {
 				_, top := c.lowestCommon(js.queue, vq)
-				if top < 0 {
-					return false
-				}
 				for _, q := range c.queues[vq].path {
 					if !c.overFairShare(q, req) {
 						return false
@@ -34,6 +50,7 @@ func (c *cycle) reclaim() {
 				}
 				return true
 			},
+			jobOK: func(v int) bool { return c.minRuntimeMet(x, v, Reclaim) },
 			reason: func(v int) string {
 				return "reclaimed for job " + js.job.Name + " of queue " + js.job.Queue +
 					": queue " + c.jobs[v].job.Queue + " is over its fair share"

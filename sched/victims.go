@@ -8,10 +8,64 @@ import (
 // victimRules decides which running jobs an action may evict for job j.
 type victimRules struct {
 	action Action
-	// eligible is checked before each eviction, against the state as it
-	// is then (a queue that fell to its fair share stops giving).
-	eligible func(v int) bool
-	reason   func(v int) string
+	// queues are the leaf queues victims may come from.
+	queues []int
+	// queueOK is checked before each eviction, against the state as it is
+	// then (a queue that fell to its fair share stops giving).
+	queueOK func(q int) bool
+	jobOK   func(v int) bool
+	reason  func(v int) string
+}
+
+// victimIndex lists, per queue, the preemptible jobs running at the start
+// of an action in eviction order: lowest priority first, then the
+// youngest, then the newest submission. It is built once per action, so
+// finding victims never sorts or scans every running job again.
+type victimIndex struct {
+	byQueue [][]int32
+	start   []int // per queue: entries before it no longer run
+	runtime []time.Duration
+}
+
+func (c *cycle) buildVictimIndex() *victimIndex {
+	x := &victimIndex{byQueue: make([][]int32, len(c.queues)), start: make([]int, len(c.queues)), runtime: make([]time.Duration, len(c.jobs))}
+	for v := range c.jobs {
+		js := &c.jobs[v]
+		if js.queue < 0 || !js.job.Preemptible || js.active == 0 {
+			continue
+		}
+		x.runtime[v] = c.jobRuntime(v)
+		if x.runtime[v] < 0 {
+			continue // holds only tasks placed this cycle
+		}
+		x.byQueue[js.queue] = append(x.byQueue[js.queue], int32(v))
+	}
+	for q := range x.byQueue {
+		slices.SortStableFunc(x.byQueue[q], func(a, b int32) int { return x.compare(c, int(a), int(b)) })
+	}
+	return x
+}
+
+// compare orders two victims: negative when a should go first.
+func (x *victimIndex) compare(c *cycle, a, b int) int {
+	ja, jb := c.jobs[a].job, c.jobs[b].job
+	if ja.Priority != jb.Priority {
+		return ja.Priority - jb.Priority
+	}
+	if x.runtime[a] != x.runtime[b] {
+		return cmpInt64(int64(x.runtime[a]), int64(x.runtime[b]))
+	}
+	return b - a
+}
+
+func (c *cycle) stillRunning(v int) bool {
+	js := &c.jobs[v]
+	for t := range js.tasks {
+		if js.tasks[t].state == tsRunning {
+			return true
+		}
+	}
+	return false
 }
 
 // unplacedJobs lists jobs still short of their minimum members whose last
@@ -39,7 +93,8 @@ func (c *cycle) runningTasks(v int) []int {
 	return out
 }
 
-// jobRuntime is the shortest runtime among the job's running tasks.
+// jobRuntime is the shortest runtime among the job's running tasks, or -1
+// when none ran before this cycle.
 func (c *cycle) jobRuntime(v int) time.Duration {
 	js := &c.jobs[v]
 	rt := time.Duration(-1)
@@ -51,39 +106,13 @@ func (c *cycle) jobRuntime(v int) time.Duration {
 	return rt
 }
 
-// victimCandidates lists preemptible running jobs in eviction order:
-// lowest priority first, then the youngest, then the newest submission.
-func (c *cycle) victimCandidates(filter func(v int) bool) []int {
-	var out []int
-	for v := range c.jobs {
-		js := &c.jobs[v]
-		if js.queue < 0 || !js.job.Preemptible || js.active == 0 || !filter(v) {
-			continue
-		}
-		if len(c.runningTasks(v)) == 0 {
-			continue
-		}
-		out = append(out, v)
-	}
-	slices.SortStableFunc(out, func(a, b int) int {
-		ja, jb := c.jobs[a].job, c.jobs[b].job
-		if ja.Priority != jb.Priority {
-			return ja.Priority - jb.Priority
-		}
-		if ra, rb := c.jobRuntime(a), c.jobRuntime(b); ra != rb {
-			return cmpInt64(int64(ra), int64(rb))
-		}
-		return b - a
-	})
-	return out
-}
-
 // evictFor evicts victims one unit at a time until job j's missing
 // members fit on the capacity being freed, then places them pipelined.
-// A job running above its minimum gives up its elastic extras one by one
-// before its core; the core goes as a whole. If no set of victims makes
-// room, nothing changes.
-func (c *cycle) evictFor(j int, rules victimRules) bool {
+// Each step takes the first victim, in eviction order, among the allowed
+// queues. A job running above its minimum gives up its elastic extras one
+// by one before its core; the core goes as a whole. If no set of victims
+// makes room, nothing changes.
+func (c *cycle) evictFor(x *victimIndex, j int, rules victimRules) bool {
 	toMin, _ := c.pendingTasks(j)
 	if len(toMin) == 0 {
 		return false
@@ -91,26 +120,57 @@ func (c *cycle) evictFor(j int, rules victimRules) bool {
 	js := &c.jobs[j]
 	req := js.request(toMin)
 	mark := len(c.log)
-	for _, v := range c.victimCandidates(func(v int) bool { return v != j && c.holdsWhatIsNeeded(v, req) }) {
-		vs := &c.jobs[v]
-		for _, t := range c.runningTasks(v) {
-			if vs.tasks[t].state != tsRunning || !rules.eligible(v) {
-				break
-			}
-			if vs.active > vs.minM {
-				c.evict(v, t, rules.action, rules.reason(v))
-			} else {
-				for _, u := range c.runningTasks(v) {
-					c.evict(v, u, rules.action, rules.reason(v))
-				}
-			}
-			if c.gate(j, req) != "" {
+	cursor := make([]int, len(rules.queues))
+	for i, q := range rules.queues {
+		list := x.byQueue[q]
+		for x.start[q] < len(list) && !c.stillRunning(int(list[x.start[q]])) {
+			x.start[q]++
+		}
+		cursor[i] = x.start[q]
+	}
+	for {
+		best := -1
+		for i, q := range rules.queues {
+			if cursor[i] < 0 {
 				continue
 			}
-			if _, ok := c.placeGang(j, toMin, freeSoon, rules.action); ok {
-				js.reason = ""
-				return true
+			if !rules.queueOK(q) {
+				cursor[i] = -1
+				continue
 			}
+			list := x.byQueue[q]
+			for cursor[i] < len(list) {
+				v := int(list[cursor[i]])
+				if v != j && c.stillRunning(v) && rules.jobOK(v) && c.holdsWhatIsNeeded(v, req) {
+					break
+				}
+				cursor[i]++
+			}
+			if cursor[i] == len(list) {
+				cursor[i] = -1
+				continue
+			}
+			if v := int(list[cursor[i]]); best < 0 || x.compare(c, v, best) < 0 {
+				best = v
+			}
+		}
+		if best < 0 {
+			break
+		}
+		vs := &c.jobs[best]
+		if vs.active > vs.minM {
+			c.evict(best, c.runningTasks(best)[0], rules.action, rules.reason(best))
+		} else {
+			for _, u := range c.runningTasks(best) {
+				c.evict(best, u, rules.action, rules.reason(best))
+			}
+		}
+		if c.gate(j, req) != "" {
+			continue
+		}
+		if _, ok := c.placeGang(j, toMin, freeSoon, rules.action); ok {
+			js.reason = ""
+			return true
 		}
 	}
 	c.rollback(mark)
@@ -147,6 +207,6 @@ func (c *cycle) lowestCommon(a, b int) (int, int) {
 
 // minRuntimeMet reports whether every running task of v has run long
 // enough for action a.
-func (c *cycle) minRuntimeMet(v int, a Action) bool {
-	return c.jobRuntime(v) >= c.minRuntime(c.jobs[v].queue, a)
+func (c *cycle) minRuntimeMet(x *victimIndex, v int, a Action) bool {
+	return x.runtime[v] >= c.minRuntime(c.jobs[v].queue, a)
 }
