@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-
-	"gpud.dev/gpud/sched"
 )
 
 // WriteText writes the human form of a run: per cycle a table of
@@ -64,11 +62,3 @@ func ints(v []int) string {
 }
 
 func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
-
-// Actions returns the actions the scenario runs, for display.
-func (s *Scenario) Actions() []sched.Action {
-	if s.Snapshot.Policy.Actions == nil {
-		return sched.AllActions()
-	}
-	return s.Snapshot.Policy.Actions
-}

@@ -8,7 +8,7 @@ import (
 	"gpud.dev/gpud/sched"
 )
 
-func (b *builder) jobs(snap *sched.Snapshot, jobs []fileJob) [][]string {
+func (b *builder) jobs(snap *sched.Snapshot, jobs []fileJob) {
 	seen := map[string]bool{}
 	queues := map[string]bool{}
 	nodes := map[string]bool{}
@@ -18,7 +18,6 @@ func (b *builder) jobs(snap *sched.Snapshot, jobs []fileJob) [][]string {
 	for _, n := range snap.Nodes {
 		nodes[n.Name] = true
 	}
-	var statuses [][]string
 	for i, j := range jobs {
 		p := fmt.Sprintf("jobs[%d]", i)
 		if j.Name == "" || seen[j.Name] {
@@ -52,14 +51,12 @@ func (b *builder) jobs(snap *sched.Snapshot, jobs []fileJob) [][]string {
 		if j.Preemptible != nil {
 			job.Preemptible = *j.Preemptible
 		}
-		var status []string
 		for k, t := range j.Tasks {
 			tp := fmt.Sprintf("%s.tasks[%d]", p, k)
-			task, st := b.task(tp, t, nodes)
+			task := b.task(tp, t, nodes)
 			for c := 0; c < max(t.Count, 1); c++ {
 				task.Devices = slices.Clone(task.Devices)
 				job.Tasks = append(job.Tasks, task)
-				status = append(status, st)
 			}
 		}
 		if len(job.Tasks) == 0 {
@@ -72,9 +69,7 @@ func (b *builder) jobs(snap *sched.Snapshot, jobs []fileJob) [][]string {
 			b.checkTopology(p+".topology", snap, tc)
 		}
 		snap.Jobs = append(snap.Jobs, job)
-		statuses = append(statuses, status)
 	}
-	return statuses
 }
 
 func (b *builder) checkTopology(p string, snap *sched.Snapshot, tc sched.TopologyConstraint) {
@@ -90,7 +85,7 @@ func (b *builder) checkTopology(p string, snap *sched.Snapshot, tc sched.Topolog
 	}
 }
 
-func (b *builder) task(p string, t fileTask, nodes map[string]bool) (sched.Task, string) {
+func (b *builder) task(p string, t fileTask, nodes map[string]bool) sched.Task {
 	task := sched.Task{
 		GPU: b.milli(p+".gpu", t.GPU, 0), GPUName: t.GPUName, MIG: t.MIG, MPS: t.MPS,
 		GPUMemory: b.size(p+".gpu_memory", t.GPUMemory, 0),
@@ -134,7 +129,7 @@ func (b *builder) task(p string, t fileTask, nodes map[string]bool) (sched.Task,
 	} else if t.Node != "" || t.Device != nil || len(t.Devices) > 0 {
 		b.fail(p+".node", "a pending task has no node or devices")
 	}
-	return task, status
+	return task
 }
 
 func (b *builder) usage(snap *sched.Snapshot, f *file) {

@@ -159,7 +159,7 @@ func Parse(data []byte) (*Scenario, error) {
 		snap.Topologies = append(snap.Topologies, sched.Topology{Name: t.Name, Levels: t.Levels})
 	}
 	b.queues(snap, f.Queues)
-	s.TaskStatus = b.jobs(snap, f.Jobs)
+	b.jobs(snap, f.Jobs)
 	b.usage(snap, &f)
 	b.run(s, &f)
 	if len(b.errs) > 0 {
