@@ -1,9 +1,9 @@
 package sched
 
-// reclaim takes borrowed capacity back between queues. A job whose queue
-// stays within its fair share once placed may evict preemptible jobs of
-// queues that hold more than their fair share, compared at the level
-// where the two queues' branches meet and below it on the victim's side.
+// reclaim takes borrowed capacity back between queues. A job may evict
+// preemptible jobs of another queue when, below the level where the two
+// queues' branches meet, its own side stays within its fair share once
+// the job is placed and the victim's side holds more than its fair share.
 // Victims must have run for their queue's reclaim min runtime.
 func (c *cycle) reclaim() {
 	pending := c.unplacedJobs()
@@ -24,15 +24,13 @@ func (c *cycle) reclaim() {
 			continue
 		}
 		req := js.request(toMin)
-		if !c.withinFairShare(js.queue, req) {
-			continue
-		}
 		var from []int
 		for _, q := range holders {
-			if q != js.queue {
-				if _, top := c.lowestCommon(js.queue, q); top >= 0 {
-					from = append(from, q)
-				}
+			if q == js.queue {
+				continue
+			}
+			if mine, _ := c.lowestCommon(js.queue, q); mine >= 0 && c.withinFairShare(js.queue, mine, req) {
+				from = append(from, q)
 			}
 		}
 		c.evictFor(x, j, victimRules{
@@ -59,15 +57,20 @@ func (c *cycle) reclaim() {
 	}
 }
 
-// withinFairShare reports whether queue q and its ancestors stay within
-// their fair share of every resource the request needs once it is added.
-func (c *cycle) withinFairShare(q int, req Resources) bool {
+// withinFairShare reports whether queue q and its ancestors up to top
+// stay within their fair share of every resource the request needs once
+// it is added. Above top the victims' queues share the same ancestors, so
+// a reclaim changes nothing there.
+func (c *cycle) withinFairShare(q, top int, req Resources) bool {
 	for _, a := range c.queues[q].path {
 		qs := &c.queues[a]
 		for r := range req {
 			if req[r] > 0 && qs.alloc[r]+req[r] > qs.fair[r] {
 				return false
 			}
+		}
+		if a == top {
+			break
 		}
 	}
 	return true
