@@ -76,6 +76,7 @@ func commands() []*cli.Command {
 		agentCommand(),
 		simCommand(),
 		validateCommand(),
+		serveCommand(),
 		runCommand(),
 		applyCommand(),
 		psCommand(),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"gpud.dev/gpud/sched"
 	"gpud.dev/gpud/store"
 )
 
@@ -60,6 +61,16 @@ type Server struct {
 	// adminToken is set only when this start created (or rotated) it.
 	adminToken string
 
+	local   *localAgent
+	agents  agentSet
+	working tracker
+	names   nameLocks
+	proxyRR proxyCounter
+	// schedWake wakes the scheduler loop (buffer 1: wake-ups coalesce).
+	schedWake chan struct{}
+	sharesMu  sync.Mutex
+	shares    map[string]sched.QueueShare
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -92,7 +103,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
-	s := &Server{opts: opts, log: opts.Logger, store: st}
+	s := &Server{opts: opts, log: opts.Logger, store: st, schedWake: make(chan struct{}, 1)}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := s.start(ctx); err != nil {
 		s.cancel()
@@ -104,6 +115,25 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 
 // start bootstraps the state, starts the background loops and listens.
 func (s *Server) start(ctx context.Context) error {
+	token, err := s.bootstrap(ctx, s.opts.RotateAdminToken)
+	if err != nil {
+		return err
+	}
+	s.adminToken = token
+	if !s.opts.NoLocalAgent {
+		if err := s.startLocalAgent(ctx); err != nil {
+			return err
+		}
+	}
+	s.adoptJobs(ctx)
+	for _, loop := range []func(context.Context){s.feedLoop, s.schedulerLoop, s.usageLoop} {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			loop(s.ctx)
+		}()
+	}
+	s.resync(ctx)
 	ln, err := net.Listen("tcp", s.opts.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", s.opts.Listen, err)
@@ -115,9 +145,7 @@ func (s *Server) start(ctx context.Context) error {
 }
 
 // Handler returns the server's HTTP handler (API and service proxy).
-func (s *Server) Handler() http.Handler {
-	return http.NotFoundHandler()
-}
+func (s *Server) Handler() http.Handler { return s.routes() }
 
 // URL is the base URL the API is served on ("http://127.0.0.1:3000").
 func (s *Server) URL() string { return s.url }
@@ -156,6 +184,9 @@ func (s *Server) Close() error {
 		err := s.http.Shutdown(sctx)
 		s.cancel()
 		s.wg.Wait()
+		if s.local != nil {
+			err = errors.Join(err, s.local.close())
+		}
 		s.closeErr = errors.Join(err, s.store.Close())
 	})
 	return s.closeErr

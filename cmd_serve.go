@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+
+	"gpud.dev/gpud/daemon"
+)
+
+// serveCommand runs the server: HTTP API, scheduler loop, reconcilers and
+// a local agent.
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the gpud server (HTTP API, queues, scheduler, a local agent)",
+		Description: "State lives in --data-dir (state.db, its key file, job logs). On first start the admin\n" +
+			"token is printed once; only its hash is stored. SIGINT or SIGTERM shut down gracefully;\n" +
+			"jobs keep running and are re-adopted at the next start.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "data-dir", Usage: "state directory (default ~/.gpud/server)", EnvVars: []string{"GPUD_DATA_DIR"}},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:3000", Usage: "API address"},
+			&cli.BoolFlag{Name: "no-local-agent", Usage: "do not run jobs on this machine"},
+			&cli.StringFlag{Name: "fake-gpus", Usage: "fake accelerators for the local agent, like 8xH100:80GB"},
+			&cli.StringFlag{Name: "runtime", Usage: "local agent runtime: docker, process or auto (default auto)"},
+		},
+		Action: func(c *cli.Context) error {
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runServe(ctx, c, zerolog.Ctx(c.Context))
+		},
+	}
+}
+
+func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
+	rt := c.String("runtime")
+	if rt == "auto" {
+		rt = ""
+	}
+	srv, err := daemon.New(ctx, daemon.Options{
+		DataDir: c.String("data-dir"), Listen: c.String("listen"), NoLocalAgent: c.Bool("no-local-agent"),
+		FakeGPUs: c.String("fake-gpus"), Runtime: rt, Version: version, Logger: *log,
+	})
+	if err != nil {
+		return err
+	}
+	if tok := srv.AdminToken(); tok != "" {
+		fmt.Fprintf(c.App.Writer, "Admin token (shown once; only its hash is stored):\n  %s\nLog in with: gpud login --url %s --token %s\n", tok, srv.URL(), tok)
+	}
+	log.Info().Str("url", srv.URL()).Msg("serving")
+	return srv.Run(ctx)
+}

@@ -1,0 +1,295 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	agentclient "gpud.dev/gpud/agent/client"
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/store"
+)
+
+// tracker remembers which jobs have a goroutine working on them, so a job
+// is dispatched, watched or stopped once however often the feed wakes us.
+type tracker struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+// claim returns true if key was not claimed yet, and claims it.
+func (t *tracker) claim(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]bool{}
+	}
+	if t.m[key] {
+		return false
+	}
+	t.m[key] = true
+	return true
+}
+
+func (t *tracker) release(key string) {
+	t.mu.Lock()
+	delete(t.m, key)
+	t.mu.Unlock()
+}
+
+// updateJob applies change to the job's latest version, retrying on
+// version conflicts; change returns false to leave the job unchanged.
+// Extra mutations (events) commit in the same transaction.
+func (s *Server) updateJob(ctx context.Context, id string, change func(j *store.Record, js *jobState) (bool, []store.Mutation)) error {
+	for range 20 {
+		j, err := s.store.Jobs().Get(id)
+		if err != nil {
+			return err
+		}
+		js, err := decodeSpec[jobState](j)
+		if err != nil {
+			return err
+		}
+		ok, extra := change(&j, &js)
+		if !ok {
+			return nil
+		}
+		j.Spec = encodeSpec(js)
+		_, err = s.store.Apply(ctx, append([]store.Mutation{store.Update(j)}, extra...)...)
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("job %s: too many concurrent updates", id)
+}
+
+// dispatch starts a bound job on its host's agent, then watches it.
+func (s *Server) dispatch(id string) {
+	if !s.working.claim("dispatch/" + id) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.working.release("dispatch/" + id)
+		s.runJob(s.ctx, id)
+	}()
+}
+
+func (s *Server) runJob(ctx context.Context, id string) {
+	j, err := s.store.Jobs().Get(id)
+	if err != nil || j.Status != store.JobProvisioning {
+		return
+	}
+	link := s.agents.get(j.Instance)
+	if link == nil || link.client == nil {
+		s.failJob(ctx, id, "the host "+j.Instance+" has no agent connected")
+		return
+	}
+	js, _ := decodeSpec[jobState](j)
+	spec := js.Spec
+	var sealed sealedJob
+	if len(j.Sealed) > 0 {
+		_ = json.Unmarshal(j.Sealed, &sealed)
+	}
+	spec.Env, spec.RegistryAuth = sealed.Env, sealed.RegistryAuth
+	spec.GPUs = s.jobGPUs(j.Instance, js)
+	_ = s.updateJob(ctx, id, func(j *store.Record, js *jobState) (bool, []store.Mutation) {
+		if j.Status != store.JobProvisioning {
+			return false, nil
+		}
+		j.Status, j.Reason = store.JobPulling, "starting on "+j.Instance
+		return true, nil
+	})
+	st, err := link.client.Start(ctx, spec)
+	if err != nil {
+		var ae *agentclient.Error
+		if errors.As(err, &ae) && ae.Job != nil {
+			s.applyAgentStatus(ctx, *ae.Job)
+		} else if existing, gerr := link.client.Get(ctx, id); gerr == nil {
+			// Started by a previous server process: adopt it.
+			s.applyAgentStatus(ctx, existing)
+		} else if ctx.Err() == nil {
+			s.failJob(ctx, id, "the agent could not start the job: "+err.Error())
+			return
+		} else {
+			return
+		}
+	} else {
+		s.applyAgentStatus(ctx, st)
+	}
+	s.watch(id, link)
+}
+
+// jobGPUs turns the placement's device indices into the agent's devices.
+func (s *Server) jobGPUs(instance string, js jobState) api.JobGPUs {
+	var g api.JobGPUs
+	for _, d := range js.Devices {
+		g.Devices = append(g.Devices, fmt.Sprint(d))
+	}
+	if js.Request.GPU > 0 && js.Request.GPU < 1000 {
+		g.Share = float64(js.Request.GPU) / 1000
+	}
+	return g
+}
+
+// watch follows a started job until it ends: its exit (the agent's Wait
+// blocks, no polling) and its logs.
+func (s *Server) watch(id string, link *agentLink) {
+	if !s.working.claim("watch/" + id) {
+		return
+	}
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		defer s.working.release("watch/" + id)
+		for s.ctx.Err() == nil {
+			st, err := link.client.Wait(s.ctx, id)
+			if err == nil && st.State.Finished() {
+				s.applyAgentStatus(s.ctx, st)
+				return
+			}
+			if agentclient.IsNotFound(err) {
+				s.failJob(s.ctx, id, "the agent no longer has the job")
+				return
+			}
+			select {
+			case <-s.ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		if !s.working.claim("logs/" + id) {
+			return
+		}
+		defer s.working.release("logs/" + id)
+		s.followLogs(s.ctx, id, link)
+	}()
+}
+
+// failJob ends a job as failed with reason.
+func (s *Server) failJob(ctx context.Context, id, reason string) {
+	_ = s.updateJob(ctx, id, func(j *store.Record, js *jobState) (bool, []store.Mutation) {
+		if finishedJob(j.Status) {
+			return false, nil
+		}
+		j.Status, j.Reason = store.JobFailed, reason
+		js.FinishedAt = time.Now().UTC()
+		return true, []store.Mutation{event(j.Project, store.KindJob, j.ID, j.Status, reason)}
+	})
+}
+
+// applyAgentStatus copies the agent's view of a job into the store: the
+// agent's states are a subset of the server's job statuses.
+func (s *Server) applyAgentStatus(ctx context.Context, st api.JobStatus) {
+	_ = s.updateJob(ctx, st.ID, func(j *store.Record, js *jobState) (bool, []store.Mutation) {
+		if finishedJob(j.Status) {
+			return false, nil
+		}
+		status, reason := string(st.State), j.Reason
+		if status == string(api.JobTerminating) || (j.Status == store.JobTerminating && !st.State.Finished()) {
+			status = store.JobTerminating
+		}
+		switch st.State {
+		case api.JobRunning:
+			if status != store.JobTerminating {
+				reason = "running on " + j.Instance
+			}
+		case api.JobDone:
+			reason = "exited with code 0"
+		case api.JobFailed:
+			reason = fmt.Sprintf("exited with code %d", st.ExitCode)
+			if st.Reason != "" && st.Reason != api.ExitExited {
+				reason = fmt.Sprintf("%s (exit code %d)", st.Reason, st.ExitCode)
+			}
+			if st.Message != "" {
+				reason += ": " + st.Message
+			}
+		case api.JobTerminated:
+			if j.Reason == "" || j.Status != store.JobTerminating {
+				reason = "stopped"
+			}
+			if js.Abort {
+				status = store.JobAborted
+			}
+		}
+		if status == j.Status && len(js.Ports) == len(st.Ports) {
+			return false, nil
+		}
+		j.Status, j.Reason = status, reason
+		js.Ports = st.Ports
+		if !st.StartedAt.IsZero() {
+			js.StartedAt = st.StartedAt
+		}
+		if st.State.Finished() {
+			code := st.ExitCode
+			js.ExitCode = &code
+			js.FinishedAt = st.FinishedAt
+			if js.FinishedAt.IsZero() {
+				js.FinishedAt = time.Now().UTC()
+			}
+		}
+		return true, []store.Mutation{event(j.Project, store.KindJob, j.ID, status, reason)}
+	})
+}
+
+// stopJob asks the agent to stop a terminating job; the watcher records
+// the end.
+func (s *Server) stopJob(id string) {
+	if !s.working.claim("stop/" + id) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.working.release("stop/" + id)
+		j, err := s.store.Jobs().Get(id)
+		if err != nil || j.Status != store.JobTerminating {
+			return
+		}
+		link := s.agents.get(j.Instance)
+		if link == nil || link.client == nil {
+			s.endStopped(s.ctx, id, "its host has no agent connected")
+			return
+		}
+		st, err := link.client.Stop(s.ctx, id)
+		switch {
+		case agentclient.IsNotFound(err):
+			s.endStopped(s.ctx, id, "the agent no longer had it")
+			return
+		case err != nil:
+			s.log.Warn().Err(err).Str("job", id).Msg("stop failed; the resync retries it")
+			return
+		}
+		s.applyAgentStatus(s.ctx, st)
+		s.watch(id, link)
+	}()
+}
+
+// endStopped finishes a terminating job nobody can stop any more.
+func (s *Server) endStopped(ctx context.Context, id, why string) {
+	_ = s.updateJob(ctx, id, func(j *store.Record, js *jobState) (bool, []store.Mutation) {
+		if finishedJob(j.Status) {
+			return false, nil
+		}
+		j.Status = store.JobTerminated
+		if js.Abort {
+			j.Status = store.JobAborted
+		}
+		j.Reason += "; " + why
+		js.FinishedAt = time.Now().UTC()
+		return true, []store.Mutation{event(j.Project, store.KindJob, j.ID, j.Status, j.Reason)}
+	})
+}
+
+// held reports whether key is claimed.
+func (t *tracker) held(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[key]
+}

@@ -1,0 +1,226 @@
+package daemon
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"strings"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/store"
+)
+
+// Fleets: the built-in "local" fleet is shared by every project (record
+// with no project); fleets applied from configurations belong to their
+// project (record id "project/name"). This server registers their
+// configuration; hosts join through agents' heartbeats.
+
+// visibleFleet reports whether project may see the fleet record.
+func visibleFleet(project string, f store.Record) bool {
+	return f.Project == "" || f.Project == project
+}
+
+func (s *Server) fleetOut(project string, f store.Record) api.Fleet {
+	cs, _ := decodeSpec[configState](f)
+	out := api.Fleet{Name: f.Name, Project: f.Project, Status: f.Status, Configuration: cs.Config, CreatedAt: f.CreatedAt, Instances: []api.Instance{}}
+	for _, inst := range s.store.Instances().ByFleet(f.ID) {
+		out.Instances = append(out.Instances, s.instanceOut(inst))
+	}
+	return out
+}
+
+// instanceOut is the API view of a host; it shows capacity, never other
+// projects' jobs.
+func (s *Server) instanceOut(inst store.Record) api.Instance {
+	st, _ := decodeSpec[instanceState](inst)
+	out := api.Instance{ID: inst.ID, Name: inst.Name, Fleet: inst.Fleet, Backend: st.Backend, Status: inst.Status, Reason: inst.Reason,
+		Hostname: st.Host.Hostname, Runtime: st.Host.Runtime}
+	out.Resources = api.InstanceResources{CPUs: float64(st.Host.CPUs), Memory: st.Host.Memory, Disk: st.Host.Disk}
+	for _, d := range st.Host.Accelerators.Devices {
+		out.Resources.GPUs++
+		out.Resources.GPUName, out.Resources.GPUMemory = gpuModel(d.Name), api.Size(d.MemoryTotal)
+	}
+	out.Free = out.Resources
+	for _, j := range s.store.Jobs().ByInstance(inst.ID) {
+		if !activeJob(j.Status) {
+			continue
+		}
+		js, _ := decodeSpec[jobState](j)
+		out.Free.GPUs -= float64(js.Request.GPU) / 1000
+		out.Free.CPUs -= float64(js.Request.CPU) / 1000
+		out.Free.Memory -= api.Size(js.Request.Memory)
+	}
+	if l := s.agents.get(inst.ID); l != nil {
+		out.LastHeartbeat = l.last()
+	}
+	return out
+}
+
+func (s *Server) handleListFleets(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	out := []api.Fleet{}
+	for _, f := range s.store.Fleets().List() {
+		if visibleFleet(project, f) {
+			out = append(out, s.fleetOut(project, f))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// findFleet resolves a fleet name as the project sees it.
+func (s *Server) findFleet(project, name string) (store.Record, error) {
+	if f, err := s.store.Fleets().Get(project + "/" + name); err == nil {
+		return f, nil
+	}
+	if f, err := s.store.Fleets().Get(name); err == nil && f.Project == "" {
+		return f, nil
+	}
+	return store.Record{}, notFound("fleet", name)
+}
+
+func (s *Server) handleGetFleet(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	f, err := s.findFleet(project, r.PathValue("fleet"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.fleetOut(project, f))
+	return nil
+}
+
+func (s *Server) handleApplyFleet(w http.ResponseWriter, r *http.Request) error {
+	project, c, err := s.authorize(r, api.RoleManager)
+	if err != nil {
+		return err
+	}
+	var req api.ApplyRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	cfg, err := parseConfig(req)
+	if err != nil {
+		return err
+	}
+	if cfg.Fleet == nil {
+		return badField("configuration.type", "%s is not a fleet; apply it with the matching endpoint", cfg.Kind)
+	}
+	if cfg.Fleet.Name == "" {
+		return badField("configuration.name", "a fleet needs a name")
+	}
+	norm, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	rec := store.Record{Kind: store.KindFleet, ID: project + "/" + cfg.Fleet.Name, Project: project, Name: cfg.Fleet.Name, User: c.name,
+		Status: "active", Spec: encodeSpec(configState{Config: norm})}
+	if _, err := s.store.Apply(r.Context(), store.Put(rec), event(project, store.KindFleet, rec.ID, "applied", "applied by "+c.name)); err != nil {
+		return err
+	}
+	rec, _ = s.store.Fleets().Get(rec.ID)
+	writeJSON(w, http.StatusOK, s.fleetOut(project, rec))
+	return nil
+}
+
+func (s *Server) handleDeleteFleet(w http.ResponseWriter, r *http.Request) error {
+	project, c, err := s.authorize(r, api.RoleManager)
+	if err != nil {
+		return err
+	}
+	f, err := s.findFleet(project, r.PathValue("fleet"))
+	if err != nil {
+		return err
+	}
+	if f.Project == "" {
+		return forbidden("fleet %q is shared by every project and cannot be deleted through a project", f.Name)
+	}
+	muts := []store.Mutation{store.Delete(store.KindFleet, f.ID), event(project, store.KindFleet, f.ID, "deleted", "deleted by "+c.name)}
+	for _, inst := range s.store.Instances().ByFleet(f.ID) {
+		if len(s.store.Jobs().ByInstance(inst.ID)) > 0 {
+			return conflict("fleet %q has jobs on %s", f.Name, inst.Name)
+		}
+		muts = append(muts, store.Delete(store.KindInstance, inst.ID))
+	}
+	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) handleListInstances(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	out := []api.Instance{}
+	for _, f := range s.store.Fleets().List() {
+		if !visibleFleet(project, f) {
+			continue
+		}
+		for _, inst := range s.store.Instances().ByFleet(f.ID) {
+			out = append(out, s.instanceOut(inst))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handleOffers(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	var res api.Resources
+	if v := q.Get("gpu"); v != "" {
+		if res.GPU, err = api.ParseGPU(v); err != nil {
+			return badField("gpu", "%v", err)
+		}
+	}
+	if v := q.Get("cpu"); v != "" {
+		if res.CPU, err = api.ParseCPU(v); err != nil {
+			return badField("cpu", "%v", err)
+		}
+	}
+	if v := q.Get("memory"); v != "" {
+		if res.Memory, err = api.ParseRange(v, api.ParseSize); err != nil {
+			return badField("memory", "%v", err)
+		}
+	}
+	writeJSON(w, http.StatusOK, s.offers(project, requestOf(res)))
+	return nil
+}
+
+// offers lists the idle capacity of the project's visible hosts that fits
+// one job of req, most free GPUs first.
+func (s *Server) offers(project string, req taskRequest) []api.Offer {
+	out := []api.Offer{}
+	for _, f := range s.store.Fleets().List() {
+		if !visibleFleet(project, f) {
+			continue
+		}
+		for _, inst := range s.store.Instances().ByFleet(f.ID) {
+			if s.agents.get(inst.ID) == nil {
+				continue
+			}
+			io := s.instanceOut(inst)
+			free := io.Free
+			if free.GPUs*1000 < float64(req.GPU) || free.CPUs*1000 < float64(req.CPU) || int64(free.Memory) < req.Memory {
+				continue
+			}
+			if req.GPUName != "" && !strings.EqualFold(gpuModel(req.GPUName), free.GPUName) {
+				continue
+			}
+			out = append(out, api.Offer{Backend: io.Backend, Fleet: f.Name, Instance: inst.Name, Resources: free, Available: "idle"})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Resources.GPUs > out[j].Resources.GPUs })
+	return out
+}

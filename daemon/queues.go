@@ -1,0 +1,224 @@
+package daemon
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/sched"
+	"gpud.dev/gpud/store"
+)
+
+// Queues are per project: record id "project/name", and that id is the
+// queue's name in the scheduler, so projects never collide. Every project
+// has a "default" queue (no quota, weight 1) that runs without `queue:` use.
+
+// queueSpecOf reads a queue record's configuration; the built-in default
+// queue has none and gets quota 0, no limit, weight 1.
+func queueSpecOf(r store.Record) api.QueueSpec {
+	q := api.QueueSpec{Name: r.Name, Resources: api.QueueResources{
+		GPU: api.QueueQuota{OverQuotaWeight: 1}, CPU: api.QueueQuota{OverQuotaWeight: 1}, Memory: api.MemoryQuota{OverQuotaWeight: 1},
+	}}
+	cs, _ := decodeSpec[configState](r)
+	if len(cs.Config) > 0 {
+		if cfg, err := api.Parse("", cs.Config); err == nil && cfg.Queue != nil {
+			q = *cfg.Queue
+		}
+	}
+	return q
+}
+
+// schedQueues lists every queue for the scheduler, parents first.
+func (s *Server) schedQueues() []sched.Queue {
+	recs := s.store.Queues().List()
+	byID := map[string]sched.Queue{}
+	var ids []string
+	for _, r := range recs {
+		qs := queueSpecOf(r)
+		q := sched.Queue{Name: r.ID, Priority: qs.Priority}
+		if qs.Parent != "" {
+			q.Parent = queueID(r.Project, qs.Parent)
+		}
+		res := qs.Resources
+		q.Quota = sched.Resources{int64(res.GPU.Quota * 1000), int64(res.CPU.Quota * 1000), int64(res.Memory.Quota)}
+		q.Limit = sched.Resources{sched.Unlimited, sched.Unlimited, sched.Unlimited}
+		if res.GPU.Limit != nil {
+			q.Limit[sched.GPU] = int64(*res.GPU.Limit * 1000)
+		}
+		if res.CPU.Limit != nil {
+			q.Limit[sched.CPU] = int64(*res.CPU.Limit * 1000)
+		}
+		if res.Memory.Limit != nil {
+			q.Limit[sched.Memory] = int64(*res.Memory.Limit)
+		}
+		q.OverQuotaWeight = [sched.NumResources]float64{res.GPU.OverQuotaWeight, res.CPU.OverQuotaWeight, res.Memory.OverQuotaWeight}
+		if qs.PreemptMinRuntime != nil && !qs.PreemptMinRuntime.Off {
+			d := qs.PreemptMinRuntime.Value
+			q.PreemptMinRuntime = &d
+		}
+		if qs.ReclaimMinRuntime != nil && !qs.ReclaimMinRuntime.Off {
+			d := qs.ReclaimMinRuntime.Value
+			q.ReclaimMinRuntime = &d
+		}
+		byID[r.ID] = q
+		ids = append(ids, r.ID)
+	}
+	sort.Strings(ids)
+	var out []sched.Queue
+	done := map[string]bool{}
+	var add func(id string, depth int)
+	add = func(id string, depth int) {
+		q, ok := byID[id]
+		if !ok || done[id] || depth > 16 {
+			return
+		}
+		if q.Parent != "" {
+			if _, ok := byID[q.Parent]; !ok {
+				q.Parent = "" // a missing parent makes the queue top-level
+			} else {
+				add(q.Parent, depth+1)
+			}
+		}
+		done[id] = true
+		out = append(out, q)
+	}
+	for _, id := range ids {
+		add(id, 0)
+	}
+	return out
+}
+
+func (s *Server) handleApplyQueue(w http.ResponseWriter, r *http.Request) error {
+	project, c, err := s.authorize(r, api.RoleManager)
+	if err != nil {
+		return err
+	}
+	var req api.ApplyRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	cfg, err := parseConfig(req)
+	if err != nil {
+		return err
+	}
+	if cfg.Queue == nil {
+		return badField("configuration.type", "%s is not a queue; apply it with the matching endpoint", cfg.Kind)
+	}
+	if cfg.Queue.Parent != "" {
+		if _, err := s.store.Queues().Get(queueID(project, cfg.Queue.Parent)); err != nil {
+			return badField("configuration.parent", "parent queue %q does not exist in project %q; apply it first", cfg.Queue.Parent, project)
+		}
+	}
+	norm, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	rec := store.Record{Kind: store.KindQueue, ID: queueID(project, cfg.Queue.Name), Project: project, Name: cfg.Queue.Name, User: c.name, Spec: encodeSpec(configState{Config: norm})}
+	if _, err := s.store.Apply(r.Context(), store.Put(rec), event(project, store.KindQueue, rec.ID, "applied", "applied by "+c.name)); err != nil {
+		return err
+	}
+	rec, _ = s.store.Queues().Get(rec.ID)
+	writeJSON(w, http.StatusOK, s.queueOut(rec))
+	return nil
+}
+
+func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	out := []api.Queue{}
+	for _, rec := range s.store.Queues().ByProject(project) {
+		out = append(out, s.queueOut(rec))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) error {
+	project, c, err := s.authorize(r, api.RoleManager)
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("queue")
+	id := queueID(project, name)
+	if _, err := s.store.Queues().Get(id); err != nil {
+		return notFound("queue", name)
+	}
+	if name == defaultQueue {
+		return conflict("the default queue cannot be deleted")
+	}
+	for _, run := range s.store.Runs().ByQueue(id) {
+		if !finishedRun(run.Status) {
+			return conflict("queue %q has active runs (%s); stop them first", name, run.Name)
+		}
+	}
+	for _, q := range s.store.Queues().ByProject(project) {
+		if queueSpecOf(q).Parent == name {
+			return conflict("queue %q is the parent of %q; delete that first", name, q.Name)
+		}
+	}
+	if _, err := s.store.Apply(r.Context(), store.Delete(store.KindQueue, id), event(project, store.KindQueue, id, "deleted", "deleted by "+c.name)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// queueOut is the API view of a queue: its configuration, the fair share
+// and allocation of the last scheduling cycle, and its decayed usage.
+func (s *Server) queueOut(rec store.Record) api.Queue {
+	qs := queueSpecOf(rec)
+	cs, _ := decodeSpec[configState](rec)
+	res := qs.Resources
+	out := api.Queue{Name: rec.Name, Project: rec.Project, Parent: qs.Parent, Priority: qs.Priority, Configuration: cs.Config,
+		Quota: api.QueueAmounts{GPU: res.GPU.Quota, CPU: res.CPU.Quota, Memory: float64(res.Memory.Quota)},
+		Limit: api.QueueAmounts{GPU: -1, CPU: -1, Memory: -1}}
+	if res.GPU.Limit != nil {
+		out.Limit.GPU = *res.GPU.Limit
+	}
+	if res.CPU.Limit != nil {
+		out.Limit.CPU = *res.CPU.Limit
+	}
+	if res.Memory.Limit != nil {
+		out.Limit.Memory = float64(*res.Memory.Limit)
+	}
+	s.sharesMu.Lock()
+	share, ok := s.shares[rec.ID]
+	s.sharesMu.Unlock()
+	if ok {
+		out.FairShare = amounts(share.FairShare)
+		out.Allocated = amounts(share.Allocated)
+	}
+	now := time.Now()
+	for _, u := range s.store.Usage().ByQueue(rec.ID) {
+		var secs map[string]float64
+		if decodeJSONBytes(u.Spec, &secs) != nil || now.Sub(u.CreatedAt) > 7*24*time.Hour {
+			continue
+		}
+		out.Usage.GPU += secs["gpu"] / 3600
+		out.Usage.CPU += secs["cpu"] / 3600
+		out.Usage.Memory += secs["memory"] / 3600
+	}
+	for _, j := range s.store.Jobs().ByQueue(rec.ID) {
+		switch {
+		case j.Status == store.JobSubmitted:
+			out.Pending++
+		case activeJob(j.Status):
+			out.Running++
+		}
+	}
+	return out
+}
+
+func amounts(r sched.Resources) api.QueueAmounts {
+	conv := func(v, unit int64) float64 {
+		if v < 0 {
+			return -1
+		}
+		return float64(v) / float64(unit)
+	}
+	return api.QueueAmounts{GPU: conv(r[sched.GPU], 1000), CPU: conv(r[sched.CPU], 1000), Memory: conv(r[sched.Memory], 1)}
+}

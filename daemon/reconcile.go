@@ -1,0 +1,296 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"gpud.dev/gpud/store"
+)
+
+// feedLoop turns committed changes into work: the scheduler is woken by
+// jobs, queues and instances; each changed job is acted on (dispatch, stop)
+// and its run reconciled. A lagged feed resyncs everything.
+func (s *Server) feedLoop(ctx context.Context) {
+	sub := s.store.Subscribe("", store.KindJob, store.KindRun, store.KindQueue, store.KindInstance)
+	defer sub.Close()
+	tick := time.NewTicker(s.opts.ResyncInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.resync(ctx)
+		case ch, ok := <-sub.C:
+			if !ok {
+				return
+			}
+			if ch.Lagged {
+				s.resync(ctx)
+				continue
+			}
+			switch ch.Kind {
+			case store.KindJob:
+				if !ch.Deleted {
+					s.actOnJob(ch.Record)
+					s.reconcileRun(ctx, ch.Record.Run)
+				}
+				if ch.Deleted || ch.Record.Status == store.JobSubmitted || finishedJob(ch.Record.Status) || ch.Record.Status == store.JobTerminating {
+					kick(s.schedWake)
+				}
+			case store.KindRun:
+				if !ch.Deleted {
+					s.reconcileRun(ctx, ch.Record.ID)
+				}
+			default:
+				kick(s.schedWake)
+			}
+		}
+	}
+}
+
+// resync is the safety net: every active job and run is looked at again.
+func (s *Server) resync(ctx context.Context) {
+	for _, status := range []string{store.JobProvisioning, store.JobPulling, store.JobRunning, store.JobTerminating} {
+		for _, j := range s.store.Jobs().ByStatus(status) {
+			s.actOnJob(j)
+		}
+	}
+	for _, status := range []string{store.RunSubmitted, store.RunPending, store.RunProvisioning, store.RunRunning, store.RunTerminating} {
+		for _, r := range s.store.Runs().ByStatus(status) {
+			s.reconcileRun(ctx, r.ID)
+		}
+	}
+	kick(s.schedWake)
+}
+
+// actOnJob starts the goroutine a job's status calls for.
+func (s *Server) actOnJob(j store.Record) {
+	switch j.Status {
+	case store.JobProvisioning:
+		s.dispatch(j.ID)
+	case store.JobPulling, store.JobRunning:
+		if l := s.agents.get(j.Instance); l != nil && l.client != nil && !s.working.held("dispatch/"+j.ID) {
+			s.watch(j.ID, l)
+		}
+	case store.JobTerminating:
+		s.stopJob(j.ID)
+	}
+}
+
+// reconcileRun derives a run's status from its current attempt's jobs and
+// applies the run's policies: stop, retry, requeue after eviction,
+// max_duration.
+func (s *Server) reconcileRun(ctx context.Context, id string) {
+	for range 10 {
+		run, err := s.store.Runs().Get(id)
+		if err != nil || finishedRun(run.Status) {
+			return
+		}
+		muts := s.runTransition(run, time.Now().UTC())
+		if len(muts) == 0 {
+			return
+		}
+		if _, err := s.store.Apply(ctx, muts...); err == nil || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// runTransition computes the mutations that bring run up to date.
+func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation {
+	st, _ := decodeSpec[runState](run)
+	var jobs []store.Record
+	for _, j := range s.store.Jobs().ByRun(run.ID) {
+		if js, _ := decodeSpec[jobState](j); js.Attempt == st.Attempt {
+			jobs = append(jobs, j)
+		}
+	}
+	sort.Slice(jobs, func(a, b int) bool { return jobs[a].ID < jobs[b].ID })
+	counts := map[string]int{}
+	evicted, why := false, ""
+	var failed *store.Record
+	for i, j := range jobs {
+		counts[j.Status]++
+		js, _ := decodeSpec[jobState](j)
+		if js.Evicted && finishedJob(j.Status) {
+			evicted = true
+		}
+		if j.Status == store.JobFailed && failed == nil {
+			failed = &jobs[i]
+		}
+		if why == "" {
+			why = js.WhyPending
+		}
+	}
+	final := 0
+	for _, s := range []string{store.JobDone, store.JobFailed, store.JobTerminated, store.JobAborted} {
+		final += counts[s]
+	}
+	status, reason := run.Status, run.Reason
+	switch {
+	case len(jobs) > 0 && final == len(jobs):
+		switch {
+		case st.Stop:
+			status = store.RunTerminated
+		case evicted:
+			return s.requeue(run, st, jobs, "requeued: a job was taken back by the scheduler ("+jobs[0].Reason+")")
+		case failed != nil:
+			if s.shouldRetry(&st, "error", now) {
+				return s.requeue(run, st, jobs, "retrying after an error: "+failed.Reason)
+			}
+			status, reason = store.RunFailed, "job "+failed.Name+" "+failed.Reason
+		case counts[store.JobDone] == len(jobs):
+			status, reason = store.RunDone, "all jobs exited with code 0"
+		default:
+			status = store.RunTerminated
+			if reason == "" {
+				reason = jobs[0].Reason
+			}
+		}
+		st.FinishedAt = now
+		js, _ := decodeSpec[jobState](jobs[0])
+		st.ExitCode = js.ExitCode
+	case st.Stop:
+		status = store.RunTerminating
+	case counts[store.JobRunning] > 0 && counts[store.JobRunning]+final == len(jobs):
+		status = store.RunRunning
+		if st.StartedAt.IsZero() {
+			st.StartedAt = now
+			reason = "running"
+		}
+		if st.MaxDuration > 0 {
+			left := st.StartedAt.Add(st.MaxDuration).Sub(now)
+			if left <= 0 {
+				return s.stopMutations(run, false, fmt.Sprintf("max_duration %s exceeded", st.MaxDuration))
+			}
+			s.wakeRunAt(run.ID, left)
+		}
+	case counts[store.JobProvisioning]+counts[store.JobPulling]+counts[store.JobRunning] > 0:
+		status, reason = store.RunProvisioning, "starting on its hosts"
+	case counts[store.JobSubmitted] > 0 && why != "":
+		status, reason = store.RunPending, why
+	}
+	if status == run.Status && reason == run.Reason && st.StartedAt.Equal(mustRunState(run).StartedAt) {
+		return nil
+	}
+	changed := status != run.Status
+	run.Status, run.Reason, run.Spec = status, reason, encodeSpec(st)
+	muts := []store.Mutation{store.Update(run)}
+	if changed {
+		muts = append(muts, event(run.Project, store.KindRun, run.ID, status, reason))
+	}
+	return muts
+}
+
+func mustRunState(r store.Record) runState {
+	st, _ := decodeSpec[runState](r)
+	return st
+}
+
+// shouldRetry applies the run's retry policy to an event (error,
+// interruption, no-capacity) and counts the attempt.
+func (s *Server) shouldRetry(st *runState, ev string, now time.Time) bool {
+	match := false
+	for _, e := range st.RetryEvents {
+		match = match || e == ev
+	}
+	if !match {
+		return false
+	}
+	if st.FirstFailedAt.IsZero() {
+		st.FirstFailedAt = now
+	}
+	return st.RetryFor == 0 || now.Sub(st.FirstFailedAt) < st.RetryFor
+}
+
+// requeue starts a new attempt of the run: fresh jobs (status submitted)
+// with the same specs; the old attempt's jobs stay as history.
+func (s *Server) requeue(run store.Record, st runState, jobs []store.Record, reason string) []store.Mutation {
+	st.Attempt++
+	st.StartedAt = time.Time{}
+	run.Status, run.Reason, run.Spec = store.RunSubmitted, reason, encodeSpec(st)
+	muts := []store.Mutation{store.Update(run), event(run.Project, store.KindRun, run.ID, run.Status, reason)}
+	now := time.Now().UTC()
+	for _, j := range jobs {
+		js, _ := decodeSpec[jobState](j)
+		nj := store.Record{Kind: store.KindJob, Project: j.Project, Run: j.Run, Name: j.Name, Queue: j.Queue, User: j.User, Sealed: j.Sealed,
+			Status: store.JobSubmitted, Reason: reason}
+		nj.ID = fmt.Sprintf("%s-%d-%d-a%d", run.ID, js.ReplicaNum, js.NodeRank, st.Attempt)
+		js.Spec.ID, js.Attempt, js.Devices, js.ExitCode, js.Evicted = nj.ID, st.Attempt, nil, nil, false
+		js.Ports, js.StartedAt, js.FinishedAt, js.BoundAt, js.SubmittedAt, js.WhyPending = nil, time.Time{}, time.Time{}, time.Time{}, now, ""
+		nj.Spec = encodeSpec(js)
+		muts = append(muts, store.Create(nj))
+	}
+	return muts
+}
+
+// wakeRunAt reconciles the run again after d (max_duration).
+func (s *Server) wakeRunAt(id string, d time.Duration) {
+	if !s.working.claim("timer/" + id) {
+		return
+	}
+	time.AfterFunc(d, func() {
+		s.working.release("timer/" + id)
+		if s.ctx.Err() == nil {
+			s.reconcileRun(s.ctx, id)
+		}
+	})
+}
+
+// adoptJobs reconciles the store with what each agent has, at start: jobs
+// the agent still has are watched again, bound jobs it never started are
+// dispatched again, running jobs it no longer has fail with a reason, and
+// jobs only the agent knows are stopped.
+func (s *Server) adoptJobs(ctx context.Context) {
+	for _, l := range s.agents.all() {
+		if l.client == nil {
+			continue
+		}
+		have, err := l.client.List(ctx)
+		if err != nil {
+			s.log.Warn().Err(err).Str("instance", l.instance).Msg("list agent jobs")
+			continue
+		}
+		onAgent := map[string]bool{}
+		for _, st := range have {
+			onAgent[st.ID] = true
+			j, err := s.store.Jobs().Get(st.ID)
+			if err != nil || j.Instance != l.instance {
+				if !st.State.Finished() {
+					_, _ = l.client.Stop(ctx, st.ID)
+				}
+				continue
+			}
+			if finishedJob(j.Status) {
+				continue
+			}
+			s.applyAgentStatus(ctx, st)
+			if !st.State.Finished() {
+				s.watch(st.ID, l)
+			} else {
+				s.wg.Add(1)
+				go func() { defer s.wg.Done(); s.followLogs(s.ctx, st.ID, l) }()
+			}
+		}
+		for _, j := range s.store.Jobs().ByInstance(l.instance) {
+			if onAgent[j.ID] || !activeJob(j.Status) {
+				continue
+			}
+			switch j.Status {
+			case store.JobProvisioning, store.JobPulling:
+				_ = s.updateJob(ctx, j.ID, func(j *store.Record, _ *jobState) (bool, []store.Mutation) {
+					j.Status = store.JobProvisioning
+					return true, nil
+				})
+				s.dispatch(j.ID)
+			case store.JobTerminating:
+				s.endStopped(ctx, j.ID, "the agent no longer had it")
+			default:
+				s.failJob(ctx, j.ID, "the agent no longer has the job (lost while the server was down)")
+			}
+		}
+	}
+}

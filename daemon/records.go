@@ -1,0 +1,142 @@
+package daemon
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/store"
+)
+
+// runState is what the server keeps in a run record's Spec.
+type runState struct {
+	Type api.Kind `json:"type"`
+	// Config is the normalized configuration as submitted, with its ${{ }}
+	// references unresolved (resolved values live sealed on the jobs).
+	Config      json.RawMessage `json:"config"`
+	Priority    int             `json:"priority"`
+	Preemptible bool            `json:"preemptible"`
+	MinNodes    int             `json:"min_nodes"`
+	Attempt     int             `json:"attempt"`
+	WhyPending  string          `json:"why_pending,omitempty"`
+	SubmittedAt time.Time       `json:"submitted_at"`
+	StartedAt   time.Time       `json:"started_at,omitzero"`
+	FinishedAt  time.Time       `json:"finished_at,omitzero"`
+	ExitCode    *int            `json:"exit_code,omitempty"`
+	// Stop is set by a stop request; Abort skips the grace period.
+	Stop  bool `json:"stop,omitempty"`
+	Abort bool `json:"abort,omitempty"`
+	// RetryAt is when a run waiting to be retried is resubmitted.
+	RetryAt      time.Time     `json:"retry_at,omitzero"`
+	RetryEvents  []string      `json:"retry_events,omitempty"`
+	RetryFor     time.Duration `json:"retry_for,omitempty"` // 0: retry forever while events match
+	MaxDuration  time.Duration `json:"max_duration,omitempty"`
+	StopDuration time.Duration `json:"stop_duration,omitempty"`
+	// FirstFailedAt starts the retry duration window.
+	FirstFailedAt time.Time `json:"first_failed_at,omitzero"`
+}
+
+// jobState is what the server keeps in a job record's Spec.
+type jobState struct {
+	ReplicaNum int `json:"replica_num"`
+	NodeRank   int `json:"node_rank"`
+	NodesNum   int `json:"nodes_num"`
+	Attempt    int `json:"attempt"`
+	// Request is what the scheduler places.
+	Request taskRequest `json:"request"`
+	// Spec is the agent job spec without its environment, which is sealed
+	// (it may hold secrets).
+	Spec        api.JobSpec   `json:"spec"`
+	Devices     []int         `json:"devices,omitempty"`
+	ExitCode    *int          `json:"exit_code,omitempty"`
+	WhyPending  string        `json:"why_pending,omitempty"`
+	Ports       []api.JobPort `json:"ports,omitempty"`
+	SubmittedAt time.Time     `json:"submitted_at"`
+	BoundAt     time.Time     `json:"bound_at,omitzero"`
+	StartedAt   time.Time     `json:"started_at,omitzero"`
+	FinishedAt  time.Time     `json:"finished_at,omitzero"`
+	// Evicted marks a job the scheduler took back (reclaim, preempt);
+	// its run is requeued once it has stopped.
+	Evicted bool `json:"evicted,omitempty"`
+	// Abort marks a stop that skips the grace period.
+	Abort bool `json:"abort,omitempty"`
+}
+
+// taskRequest is one job's resource request in scheduler units.
+type taskRequest struct {
+	GPU       int64  `json:"gpu"` // milli-GPUs
+	GPUName   string `json:"gpu_name,omitempty"`
+	GPUMemory int64  `json:"gpu_memory,omitempty"`
+	CPU       int64  `json:"cpu"` // milli-cores
+	Memory    int64  `json:"memory"`
+}
+
+// instanceState is what the server keeps in an instance record's Spec.
+type instanceState struct {
+	Backend string       `json:"backend"`
+	Host    api.HostInfo `json:"host"`
+}
+
+// configState is what the server keeps for fleets and queues applied from
+// configurations.
+type configState struct {
+	Config json.RawMessage `json:"config,omitempty"`
+}
+
+func decodeSpec[T any](r store.Record) (T, error) {
+	var v T
+	if len(r.Spec) == 0 {
+		return v, nil
+	}
+	if err := json.Unmarshal(r.Spec, &v); err != nil {
+		return v, fmt.Errorf("%s %s: decode spec: %w", r.Kind, r.ID, err)
+	}
+	return v, nil
+}
+
+func encodeSpec(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Our own state types always marshal; a failure is a programming error.
+		panic(fmt.Sprintf("daemon: encode spec: %v", err))
+	}
+	return b
+}
+
+// newID returns a random 16-hex-digit id.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// event records a transition of subject with its reason.
+func event(project string, kind store.Kind, id, status, reason string) store.Mutation {
+	return store.Create(store.NewEvent(time.Now().UTC(), project, kind, id, status, reason))
+}
+
+// finishedRun reports whether a run status is final.
+func finishedRun(status string) bool {
+	switch status {
+	case store.RunTerminated, store.RunFailed, store.RunDone:
+		return true
+	}
+	return false
+}
+
+// finishedJob reports whether a job status is final.
+func finishedJob(status string) bool {
+	switch status {
+	case store.JobTerminated, store.JobAborted, store.JobFailed, store.JobDone:
+		return true
+	}
+	return false
+}
+
+// queueID is the record id (and scheduler name) of a project's queue.
+func queueID(project, name string) string { return project + "/" + name }
+
+func decodeJSONBytes(b []byte, v any) error { return json.Unmarshal(b, v) }

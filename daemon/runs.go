@@ -1,0 +1,317 @@
+package daemon
+
+import (
+	"errors"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/store"
+)
+
+// nameLocks serializes submissions of the same run name in a project, so
+// two applies never both create it.
+type nameLocks struct {
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+func (n *nameLocks) lock(key string) func() {
+	n.mu.Lock()
+	if n.locks == nil {
+		n.locks = map[string]*sync.Mutex{}
+	}
+	m := n.locks[key]
+	if m == nil {
+		m = &sync.Mutex{}
+		n.locks[key] = m
+	}
+	n.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+func (s *Server) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
+	project, c, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	var req api.ApplyRunRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	cfg, err := parseConfig(req.ApplyRequest)
+	if err != nil {
+		return err
+	}
+	sub, err := s.buildRun(project, c.name, req, cfg)
+	if err != nil {
+		return err
+	}
+	sub.run.Status = store.RunPending
+	plan := api.RunPlan{Action: "create", Run: s.runOut(sub.run, sub.jobs)}
+	if _, active, _ := s.checkNameFree(project, sub.run.Name, true); active != nil {
+		plan.Action = "replace"
+	}
+	var req0 taskRequest
+	if len(sub.jobs) > 0 {
+		js, _ := decodeSpec[jobState](sub.jobs[0])
+		req0 = js.Request
+	}
+	plan.Offers = s.offers(project, req0)
+	if len(plan.Offers) == 0 {
+		plan.Message = "no idle instance fits one job now; the run waits in its queue until capacity frees up"
+	}
+	writeJSON(w, http.StatusOK, plan)
+	return nil
+}
+
+func (s *Server) handleApplyRun(w http.ResponseWriter, r *http.Request) error {
+	project, c, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	var req api.ApplyRunRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	cfg, err := parseConfig(req.ApplyRequest)
+	if err != nil {
+		return err
+	}
+	sub, err := s.buildRun(project, c.name, req, cfg)
+	if err != nil {
+		return err
+	}
+	unlock := s.names.lock(project + "/" + sub.run.Name)
+	defer unlock()
+	muts, active, err := s.checkNameFree(project, sub.run.Name, req.Force)
+	if err != nil {
+		return err
+	}
+	if active != nil {
+		// Replacing an active run: stop it; the new one waits in the
+		// queue until the old one's resources are released.
+		muts = append(muts, s.stopMutations(*active, false, "replaced by a new submission from "+c.name)...)
+	}
+	muts = append(muts, store.Create(sub.run))
+	for _, j := range sub.jobs {
+		muts = append(muts, store.Create(j))
+	}
+	muts = append(muts, event(project, store.KindRun, sub.run.ID, store.RunSubmitted, sub.run.Reason))
+	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
+		return err
+	}
+	run, _ := s.store.Runs().Get(sub.run.ID)
+	writeJSON(w, http.StatusCreated, s.runOut(run, s.store.Jobs().ByRun(run.ID)))
+	return nil
+}
+
+// findRun returns the run named in the path, active ones first.
+func (s *Server) findRun(project, name string) (store.Record, error) {
+	var found *store.Record
+	for _, r := range s.store.Runs().ByProject(project) {
+		if r.Name == name || r.ID == name {
+			rc := r
+			if found == nil || (finishedRun(found.Status) && !finishedRun(r.Status)) || found.CreatedAt.Before(r.CreatedAt) {
+				found = &rc
+			}
+		}
+	}
+	if found == nil {
+		return store.Record{}, notFound("run", name)
+	}
+	return *found, nil
+}
+
+func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	all := r.URL.Query().Get("all") == "true"
+	runs := s.store.Runs().ByProject(project)
+	sort.Slice(runs, func(i, j int) bool { return runs[i].CreatedAt.After(runs[j].CreatedAt) })
+	out := []api.Run{}
+	for _, run := range runs {
+		if !all && finishedRun(run.Status) {
+			continue
+		}
+		out = append(out, s.runOut(run, s.store.Jobs().ByRun(run.ID)))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	run, err := s.findRun(project, r.PathValue("run"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.runOut(run, s.store.Jobs().ByRun(run.ID)))
+	return nil
+}
+
+func (s *Server) handleStopRun(w http.ResponseWriter, r *http.Request) error {
+	project, c, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	var req api.StopRunRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(w, r, &req); err != nil {
+			return err
+		}
+	}
+	run, err := s.findRun(project, r.PathValue("run"))
+	if err != nil {
+		return err
+	}
+	if !finishedRun(run.Status) {
+		reason := "stopped by " + c.name
+		if req.Abort {
+			reason = "aborted by " + c.name
+		}
+		if _, err := s.store.Apply(r.Context(), s.stopMutations(run, req.Abort, reason)...); err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				return conflict("the run changed meanwhile; try again")
+			}
+			return err
+		}
+		run, _ = s.store.Runs().Get(run.ID)
+	}
+	writeJSON(w, http.StatusOK, s.runOut(run, s.store.Jobs().ByRun(run.ID)))
+	return nil
+}
+
+// stopMutations moves a run to terminating: jobs not yet on a host end at
+// once, bound ones become terminating and the dispatcher stops them.
+func (s *Server) stopMutations(run store.Record, abort bool, reason string) []store.Mutation {
+	st, _ := decodeSpec[runState](run)
+	st.Stop, st.Abort = true, abort
+	run.Spec = encodeSpec(st)
+	run.Status, run.Reason = store.RunTerminating, reason
+	muts := []store.Mutation{store.Update(run), event(run.Project, store.KindRun, run.ID, run.Status, reason)}
+	now := time.Now().UTC()
+	for _, j := range s.store.Jobs().ByRun(run.ID) {
+		if finishedJob(j.Status) || j.Status == store.JobTerminating && !abort {
+			continue
+		}
+		js, _ := decodeSpec[jobState](j)
+		js.Abort = abort
+		if j.Instance == "" {
+			j.Status = store.JobTerminated
+			if abort {
+				j.Status = store.JobAborted
+			}
+			js.FinishedAt = now
+		} else {
+			j.Status = store.JobTerminating
+		}
+		js.WhyPending = ""
+		j.Reason = reason
+		j.Spec = encodeSpec(js)
+		muts = append(muts, store.Update(j))
+	}
+	return muts
+}
+
+func (s *Server) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	run, err := s.findRun(project, r.PathValue("run"))
+	if err != nil {
+		return err
+	}
+	if !finishedRun(run.Status) {
+		return conflict("run %q is %s; stop it before deleting it", run.Name, run.Status)
+	}
+	muts := []store.Mutation{store.Delete(store.KindRun, run.ID)}
+	jobs := s.store.Jobs().ByRun(run.ID)
+	for _, j := range jobs {
+		muts = append(muts, store.Delete(store.KindJob, j.ID))
+	}
+	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		_ = s.store.Logs().Remove(j.ID)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	prefix := ""
+	if name := r.PathValue("run"); name != "" {
+		run, err := s.findRun(project, name)
+		if err != nil {
+			return err
+		}
+		prefix = run.ID
+	}
+	after := r.URL.Query().Get("after")
+	out := []api.Event{}
+	for _, e := range s.store.Events().ByProject(project) {
+		if e.ID <= after {
+			continue
+		}
+		kind, subject, _ := strings.Cut(e.Name, "/")
+		if prefix != "" && !strings.HasPrefix(subject, prefix) {
+			continue
+		}
+		out = append(out, api.Event{ID: e.ID, Time: e.CreatedAt, Project: e.Project, Kind: kind, Subject: subject, Status: e.Status, Reason: e.Reason})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	if len(out) > 1000 {
+		out = out[len(out)-1000:]
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// runOut is the API view of a run and its jobs.
+func (s *Server) runOut(run store.Record, jobs []store.Record) api.Run {
+	st, _ := decodeSpec[runState](run)
+	out := api.Run{
+		ID: run.ID, Name: run.Name, Project: run.Project, User: run.User, Type: st.Type, Status: run.Status,
+		Reason: run.Reason, Queue: strings.TrimPrefix(run.Queue, run.Project+"/"), Priority: st.Priority,
+		Configuration: st.Config, ExitCode: st.ExitCode, Attempt: st.Attempt,
+		SubmittedAt: st.SubmittedAt, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt, Jobs: []api.Job{},
+	}
+	if st.Type == api.KindService {
+		out.ServiceURL = "/proxy/services/" + run.Project + "/" + run.Name + "/"
+	}
+	sort.Slice(jobs, func(i, j int) bool { return jobs[i].ID < jobs[j].ID })
+	for _, j := range jobs {
+		js, _ := decodeSpec[jobState](j)
+		if js.Attempt != st.Attempt {
+			continue
+		}
+		if out.WhyPending == "" && js.WhyPending != "" {
+			out.WhyPending = js.WhyPending
+		}
+		out.Jobs = append(out.Jobs, api.Job{
+			ID: j.ID, Name: j.Name, ReplicaNum: js.ReplicaNum, NodeRank: js.NodeRank, Status: j.Status,
+			Reason: j.Reason, WhyPending: js.WhyPending, Instance: j.Instance, GPUs: js.Devices,
+			ExitCode: js.ExitCode, Ports: js.Ports, SubmittedAt: js.SubmittedAt, StartedAt: js.StartedAt,
+			FinishedAt: js.FinishedAt,
+			Resources: api.JobRequest{GPU: float64(js.Request.GPU) / 1000, GPUName: js.Request.GPUName,
+				CPU: float64(js.Request.CPU) / 1000, Memory: api.Size(js.Request.Memory)},
+		})
+	}
+	return out
+}

@@ -1,0 +1,264 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"time"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/sched"
+	"gpud.dev/gpud/store"
+)
+
+// kick wakes a loop without blocking: one pending wake-up is enough.
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// schedulerLoop runs a cycle whenever the change feed reports something
+// that can change a placement (a job, queue or instance), and every
+// resync interval as a safety net.
+func (s *Server) schedulerLoop(ctx context.Context) {
+	tick := time.NewTicker(s.opts.ResyncInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.schedWake:
+		case <-tick.C:
+		}
+		if err := s.cycle(ctx); err != nil && ctx.Err() == nil {
+			if errors.Is(err, store.ErrConflict) {
+				kick(s.schedWake) // something changed under the plan: plan again
+				continue
+			}
+			s.log.Error().Err(err).Msg("scheduling cycle failed")
+		}
+	}
+}
+
+// snapshotIndex remembers, for one cycle, which records the scheduler's
+// names refer to.
+type snapshotIndex struct {
+	jobs  map[string][]store.Record // sched job name -> job records, by task index
+	share map[string]sched.QueueShare
+}
+
+// cycle takes a snapshot, schedules it, commits the whole plan in one
+// transaction and dispatches the binds.
+func (s *Server) cycle(ctx context.Context) error {
+	snap, idx := s.snapshot(time.Now())
+	plan := sched.Schedule(snap)
+	var muts []store.Mutation
+	var binds []string
+	now := time.Now().UTC()
+	for _, p := range plan.Placements {
+		if p.Pipelined {
+			continue // binds once the capacity is freed, in a later cycle
+		}
+		recs := idx.jobs[p.Job]
+		if p.Task >= len(recs) {
+			continue
+		}
+		j := recs[p.Task]
+		js, _ := decodeSpec[jobState](j)
+		j.Status, j.Instance, j.Reason = store.JobProvisioning, p.Node, "placed on "+p.Node+" by "+string(p.Action)
+		js.Devices, js.BoundAt, js.WhyPending = p.Devices, now, ""
+		j.Spec = encodeSpec(js)
+		muts = append(muts, store.Update(j), event(j.Project, store.KindJob, j.ID, j.Status, j.Reason))
+		binds = append(binds, j.ID)
+	}
+	for _, e := range plan.Evictions {
+		recs := idx.jobs[e.Job]
+		if e.Task >= len(recs) {
+			continue
+		}
+		j := recs[e.Task]
+		js, _ := decodeSpec[jobState](j)
+		js.Evicted = true
+		j.Spec = encodeSpec(js)
+		j.Status, j.Reason = store.JobTerminating, string(e.Action)+": "+e.Reason
+		muts = append(muts, store.Update(j), event(j.Project, store.KindJob, j.ID, j.Status, j.Reason))
+	}
+	for name, why := range plan.Pending {
+		for _, j := range idx.jobs[name] {
+			if j.Status != store.JobSubmitted || j.Instance != "" {
+				continue
+			}
+			js, _ := decodeSpec[jobState](j)
+			if js.WhyPending == why {
+				continue
+			}
+			js.WhyPending = why
+			j.Spec = encodeSpec(js)
+			muts = append(muts, store.Update(j))
+		}
+	}
+	s.sharesMu.Lock()
+	s.shares = map[string]sched.QueueShare{}
+	for _, q := range plan.Queues {
+		s.shares[q.Name] = q
+	}
+	s.sharesMu.Unlock()
+	if len(muts) == 0 {
+		return nil
+	}
+	if _, err := s.store.Apply(ctx, muts...); err != nil {
+		return err
+	}
+	for _, id := range binds {
+		s.dispatch(id)
+	}
+	return nil
+}
+
+// activeJob reports whether a job holds or waits for capacity.
+func activeJob(status string) bool {
+	switch status {
+	case store.JobSubmitted, store.JobProvisioning, store.JobPulling, store.JobRunning, store.JobTerminating:
+		return true
+	}
+	return false
+}
+
+// snapshot builds the scheduler's input from the store's in-memory indexes.
+func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
+	snap := &sched.Snapshot{Usage: sched.Usage{Window: 7 * 24 * time.Hour, HalfLife: 24 * time.Hour, K: 1, Queues: map[string][]sched.UsageRecord{}}}
+	idx := snapshotIndex{jobs: map[string][]store.Record{}}
+	for _, inst := range s.store.Instances().List() {
+		if inst.Status == store.InstanceTerminated || inst.Status == store.InstanceTerminating || s.agents.get(inst.ID) == nil {
+			continue
+		}
+		st, _ := decodeSpec[instanceState](inst)
+		node := sched.Node{Name: inst.ID, CPU: int64(st.Host.CPUs) * 1000, Memory: int64(st.Host.Memory), Labels: map[string]string{"fleet": inst.Fleet}}
+		for _, d := range st.Host.Accelerators.Devices {
+			node.Devices = append(node.Devices, sched.Device{Index: d.Index, Name: gpuModel(d.Name), Memory: d.MemoryTotal})
+		}
+		snap.Nodes = append(snap.Nodes, node)
+	}
+	snap.Queues = s.schedQueues()
+	for _, u := range s.store.Usage().List() {
+		var secs map[string]float64
+		if decodeJSONBytes(u.Spec, &secs) != nil {
+			continue
+		}
+		rec := sched.UsageRecord{Age: now.Sub(u.CreatedAt)}
+		rec.Hours[sched.GPU] = secs["gpu"] / 3600
+		rec.Hours[sched.CPU] = secs["cpu"] / 3600
+		rec.Hours[sched.Memory] = secs["memory"] / 3600 / float64(api.GB)
+		snap.Usage.Queues[u.Queue] = append(snap.Usage.Queues[u.Queue], rec)
+	}
+	byRun := map[string][]store.Record{}
+	var runIDs []string
+	for _, status := range []string{store.JobSubmitted, store.JobProvisioning, store.JobPulling, store.JobRunning, store.JobTerminating} {
+		for _, j := range s.store.Jobs().ByStatus(status) {
+			if _, ok := byRun[j.Run]; !ok {
+				runIDs = append(runIDs, j.Run)
+			}
+			byRun[j.Run] = append(byRun[j.Run], j)
+		}
+	}
+	runs := make([]store.Record, 0, len(runIDs))
+	for _, id := range runIDs {
+		if r, err := s.store.Runs().Get(id); err == nil {
+			runs = append(runs, r)
+		}
+	}
+	sort.Slice(runs, func(i, j int) bool {
+		if !runs[i].CreatedAt.Equal(runs[j].CreatedAt) {
+			return runs[i].CreatedAt.Before(runs[j].CreatedAt)
+		}
+		return runs[i].ID < runs[j].ID
+	})
+	for _, run := range runs {
+		rs, _ := decodeSpec[runState](run)
+		jobs := byRun[run.ID]
+		sort.Slice(jobs, func(a, b int) bool { return jobs[a].ID < jobs[b].ID })
+		// A service's replicas are scheduled one by one; a task's nodes
+		// are one gang.
+		groups := [][]store.Record{jobs}
+		if rs.Type == api.KindService {
+			groups = nil
+			for _, j := range jobs {
+				groups = append(groups, []store.Record{j})
+			}
+		}
+		for _, g := range groups {
+			name := run.ID
+			if rs.Type == api.KindService {
+				name = g[0].ID
+			}
+			sj := sched.Job{Name: name, Queue: run.Queue, Priority: rs.Priority, Preemptible: rs.Preemptible, MinMembers: min(max(rs.MinNodes, 1), len(g))}
+			for _, j := range g {
+				js, _ := decodeSpec[jobState](j)
+				t := sched.Task{GPU: js.Request.GPU, GPUName: gpuModel(js.Request.GPUName), GPUMemory: js.Request.GPUMemory, CPU: js.Request.CPU, Memory: js.Request.Memory}
+				switch {
+				case j.Status == store.JobTerminating:
+					t.Status, t.Node, t.Devices = sched.Releasing, j.Instance, js.Devices
+				case j.Instance != "":
+					t.Status, t.Node, t.Devices = sched.Running, j.Instance, js.Devices
+					t.Runtime = now.Sub(js.BoundAt)
+				}
+				sj.Tasks = append(sj.Tasks, t)
+			}
+			idx.jobs[name] = g
+			snap.Jobs = append(snap.Jobs, sj)
+		}
+	}
+	return snap, idx
+}
+
+// gpuModel reduces a device name to its model ("NVIDIA H100 80GB HBM3" ->
+// "H100") so requests by model match.
+func gpuModel(name string) string {
+	for _, f := range strings.Fields(strings.ToUpper(name)) {
+		if f == "NVIDIA" || f == "TESLA" || f == "GEFORCE" || f == "AMD" || f == "INSTINCT" {
+			continue
+		}
+		return strings.SplitN(f, "-", 2)[0]
+	}
+	return strings.ToUpper(name)
+}
+
+// usageLoop records what running jobs hold, per queue, once a minute, for
+// time-based fair share.
+func (s *Server) usageLoop(ctx context.Context) {
+	const every = time.Minute
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			perQueue := map[string]map[string]float64{}
+			for _, j := range s.store.Jobs().ByStatus(store.JobRunning) {
+				js, _ := decodeSpec[jobState](j)
+				m := perQueue[j.Queue]
+				if m == nil {
+					m = map[string]float64{}
+					perQueue[j.Queue] = m
+				}
+				sec := every.Seconds()
+				m["gpu"] += float64(js.Request.GPU) / 1000 * sec
+				m["cpu"] += float64(js.Request.CPU) / 1000 * sec
+				m["memory"] += float64(js.Request.Memory) * sec
+			}
+			var muts []store.Mutation
+			for q, m := range perQueue {
+				muts = append(muts, store.AddUsage(q, now, m))
+			}
+			if len(muts) > 0 {
+				if _, err := s.store.Apply(ctx, muts...); err != nil && ctx.Err() == nil {
+					s.log.Warn().Err(err).Msg("record usage")
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,344 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"time"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/store"
+)
+
+// parseConfig reads the configuration of an apply request: YAML text or
+// the api spec JSON, exactly one of them.
+func parseConfig(req api.ApplyRequest) (*api.Config, error) {
+	hasJSON, hasYAML := len(req.Configuration) > 0 && string(req.Configuration) != "null", req.ConfigurationYAML != ""
+	switch {
+	case hasJSON && hasYAML:
+		return nil, badField("configuration", "send configuration or configuration_yaml, not both")
+	case !hasJSON && !hasYAML:
+		return nil, badField("configuration", "send the configuration (api spec JSON) or configuration_yaml (YAML text)")
+	}
+	data, name := []byte(req.ConfigurationYAML), req.Filename
+	if hasJSON {
+		data = req.Configuration
+	}
+	cfg, err := api.Parse(name, data)
+	if err != nil {
+		var el api.ErrorList
+		if errors.As(err, &el) {
+			return nil, configErrors(el)
+		}
+		return nil, badField("configuration", "%v", err)
+	}
+	return cfg, nil
+}
+
+// submission is a run ready to be stored: its record and its jobs'.
+type submission struct {
+	run  store.Record
+	jobs []store.Record
+}
+
+// buildRun turns a validated run configuration into the run and job
+// records (status submitted), resolving ${{ secrets.X }} and ${{ env.X }}.
+func (s *Server) buildRun(project, user string, req api.ApplyRunRequest, cfg *api.Config) (*submission, error) {
+	spec := cfg.Run()
+	if spec == nil {
+		return nil, badField("configuration.type", "%s is not a run; apply it with /%ss/apply", cfg.Kind, cfg.Kind)
+	}
+	name := req.Name
+	if name == "" {
+		name = spec.Name
+	}
+	if name == "" {
+		name = "run-" + newID()[:8]
+	}
+	if err := checkName("name", name); err != nil {
+		return nil, err
+	}
+	queue := spec.Queue
+	if queue == "" {
+		queue = defaultQueue
+	}
+	if _, err := s.store.Queues().Get(queueID(project, queue)); err != nil {
+		return nil, badField("configuration.queue", "queue %q does not exist in project %q; apply a `type: queue` configuration first", queue, project)
+	}
+	normalized, err := cfg.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("normalize: %w", err)
+	}
+	now := time.Now().UTC()
+	runID := newID()
+	st := runState{Type: cfg.Kind, Config: normalized, SubmittedAt: now, Preemptible: true}
+	if spec.Priority != nil {
+		st.Priority = priorityValue(*spec.Priority)
+		st.Preemptible = spec.Priority.Preemptible()
+	}
+	if spec.Preemptible != nil {
+		st.Preemptible = *spec.Preemptible
+	}
+	if spec.MaxDuration != nil && !spec.MaxDuration.Off {
+		st.MaxDuration = spec.MaxDuration.Value
+	}
+	st.StopDuration = 10 * time.Second
+	if spec.StopDuration != nil {
+		st.StopDuration = spec.StopDuration.Value
+		if spec.StopDuration.Off {
+			st.StopDuration = 0
+		}
+	}
+	if spec.Retry != nil {
+		st.RetryEvents = spec.Retry.OnEvents
+		if spec.Retry.Duration != nil && !spec.Retry.Duration.Off {
+			st.RetryFor = spec.Retry.Duration.Value
+		}
+	}
+	secrets := s.secretValues(project)
+	nodes := jobLayout(cfg)
+	st.MinNodes = len(nodes)
+	if cfg.Task != nil && cfg.Task.Nodes.Min != nil && cfg.Task.Elastic() {
+		st.MinNodes = *cfg.Task.Nodes.Min
+	}
+	sub := &submission{}
+	for _, n := range nodes {
+		jobID := fmt.Sprintf("%s-%d-%d", runID, n.replica, n.rank)
+		resolve := resolver(req.Env, secrets, name, project, n, len(nodes))
+		env := map[string]string{}
+		for _, e := range n.env {
+			v := e.Value
+			if !e.HasValue {
+				cv, ok := req.Env[e.Name]
+				if !ok {
+					return nil, badField("env."+e.Name, "%s has no value in the configuration and the client sent none; set it in your environment", e.Name)
+				}
+				v = cv
+			}
+			if v, err = api.Interpolate(v, resolve); err != nil {
+				return nil, badField("configuration.env."+e.Name, "%v", err)
+			}
+			env[e.Name] = v
+		}
+		commands := make([]string, len(n.commands))
+		for i, c := range n.commands {
+			if commands[i], err = api.Interpolate(c, resolve); err != nil {
+				return nil, badField(fmt.Sprintf("configuration.commands[%d]", i), "%v", err)
+			}
+		}
+		js := api.JobSpec{
+			ID: jobID, RunName: name, Image: n.image, Commands: commands, Shell: spec.Shell,
+			WorkingDir: spec.WorkingDir, User: spec.User, Privileged: spec.Privileged,
+			ShmSize: api.Size(n.res.SHMSize), StopDuration: st.StopDuration,
+			Labels: map[string]string{"dev.gpud.project": project, "dev.gpud.run": name},
+		}
+		if n.res.Memory.Max != nil {
+			js.Memory = *n.res.Memory.Max
+		}
+		for _, p := range n.ports {
+			js.Ports = append(js.Ports, api.JobPort{Container: p.Container, HostIP: "127.0.0.1"})
+		}
+		if spec.RegistryAuth != nil {
+			u, err1 := api.Interpolate(spec.RegistryAuth.Username, resolve)
+			p, err2 := api.Interpolate(spec.RegistryAuth.Password, resolve)
+			if err := errors.Join(err1, err2); err != nil {
+				return nil, badField("configuration.registry_auth", "%v", err)
+			}
+			js.RegistryAuth = &api.JobRegistryAuth{Username: u, Password: p}
+		}
+		js.Cluster = api.JobCluster{NodeRank: n.rank, NodesNum: len(nodes)}
+		sealed, _ := json.Marshal(sealedJob{Env: env, RegistryAuth: js.RegistryAuth})
+		js.RegistryAuth = nil
+		jst := jobState{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: len(nodes), Request: requestOf(n.res), Spec: js, SubmittedAt: now}
+		sub.jobs = append(sub.jobs, store.Record{
+			Kind: store.KindJob, ID: jobID, Project: project, Run: runID, Name: fmt.Sprintf("%s-%d-%d", name, n.replica, n.rank),
+			Status: store.JobSubmitted, Queue: queueID(project, queue), User: user, Reason: "submitted",
+			Spec: encodeSpec(jst), Sealed: sealed,
+		})
+	}
+	sub.run = store.Record{
+		Kind: store.KindRun, ID: runID, Project: project, Name: name, Status: store.RunSubmitted,
+		Queue: queueID(project, queue), User: user, Reason: "submitted by " + user, Spec: encodeSpec(st),
+	}
+	return sub, nil
+}
+
+// sealedJob is a job's secret material, encrypted at rest in Record.Sealed.
+type sealedJob struct {
+	Env          map[string]string    `json:"env,omitempty"`
+	RegistryAuth *api.JobRegistryAuth `json:"registry_auth,omitempty"`
+}
+
+// nodeLayout is one job of a run before it becomes a record.
+type nodeLayout struct {
+	replica, rank int
+	image         string
+	commands      []string
+	env           api.Env
+	res           api.Resources
+	ports         []api.PortMapping
+}
+
+// jobLayout lists the jobs a run starts with: the nodes of a task (the
+// minimum of an elastic gang), the replicas of a service, one dev
+// environment.
+func jobLayout(cfg *api.Config) []nodeLayout {
+	spec := cfg.Run()
+	base := nodeLayout{image: spec.Image, env: spec.Env, res: spec.Resources}
+	var out []nodeLayout
+	switch {
+	case cfg.Task != nil:
+		t := cfg.Task
+		base.commands, base.ports = t.Commands, t.Ports
+		if len(t.Groups) > 0 {
+			rank := 0
+			for _, g := range t.Groups {
+				n := base
+				if g.Image != "" {
+					n.image = g.Image
+				}
+				n.commands = g.Commands
+				n.env = append(append(api.Env{}, spec.Env...), g.Env...)
+				if g.Resources != nil {
+					n.res = *g.Resources
+				}
+				for range max(rangeMin(g.Nodes), 1) {
+					n.rank = rank
+					out = append(out, n)
+					rank++
+				}
+			}
+			return out
+		}
+		for i := range max(rangeMin(t.Nodes), 1) {
+			n := base
+			n.rank = i
+			out = append(out, n)
+		}
+	case cfg.Service != nil:
+		sv := cfg.Service
+		base.commands = sv.Commands
+		base.ports = []api.PortMapping{sv.Port}
+		for i := range max(rangeMin(sv.Replicas.Count), 1) {
+			n := base
+			n.replica = i
+			out = append(out, n)
+		}
+	case cfg.DevEnvironment != nil:
+		d := cfg.DevEnvironment
+		base.commands = append(append([]string{}, d.Init...), "sleep infinity")
+		base.ports = d.Ports
+		out = append(out, base)
+	}
+	return out
+}
+
+func rangeMin(r api.Range[int]) int {
+	if r.Min == nil {
+		return 0
+	}
+	return *r.Min
+}
+
+// requestOf is the scheduler's view of one job's resources: the minimum of
+// each range.
+func requestOf(res api.Resources) taskRequest {
+	var t taskRequest
+	if res.CPU.Count.Min != nil {
+		t.CPU = int64(*res.CPU.Count.Min) * 1000
+	}
+	if res.Memory.Min != nil {
+		t.Memory = int64(*res.Memory.Min)
+	}
+	g := res.GPU
+	switch {
+	case g.Fractional():
+		t.GPU = int64(g.Fraction * 1000)
+	case g.Count.Min != nil:
+		t.GPU = int64(*g.Count.Min) * 1000
+	}
+	if len(g.Names) > 0 {
+		t.GPUName = g.Names[0]
+	}
+	if g.Memory.Min != nil {
+		t.GPUMemory = int64(*g.Memory.Min)
+	}
+	return t
+}
+
+// priorityValue maps a priority to the scheduler's integer: dstack's
+// 0–100, or gpud's classes above them.
+func priorityValue(p api.Priority) int {
+	switch p.Class {
+	case api.PriorityBuildPreemptible:
+		return 100
+	case api.PriorityTrain:
+		return 50
+	case api.PriorityBuild:
+		return 100
+	case api.PriorityInference:
+		return 125
+	}
+	return p.Value
+}
+
+// resolver answers ${{ }} references at submission: env from the client,
+// secrets of the project, run metadata and per-job dstack values.
+func resolver(env, secrets map[string]string, run, project string, n nodeLayout, nodes int) func(api.Reference) (string, error) {
+	return func(ref api.Reference) (string, error) {
+		switch ref.Namespace {
+		case api.NamespaceEnv:
+			if v, ok := env[ref.Path]; ok {
+				return v, nil
+			}
+			return "", fmt.Errorf("%s: the client sent no %s", ref, ref.Path)
+		case api.NamespaceSecrets:
+			if v, ok := secrets[ref.Path]; ok {
+				return v, nil
+			}
+			return "", fmt.Errorf("%s: project %q has no secret %s; set it with gpud secret set %s", ref, project, ref.Path, ref.Path)
+		case api.NamespaceRun:
+			switch ref.Path {
+			case "name":
+				return run, nil
+			case "project_name":
+				return project, nil
+			}
+		case api.NamespaceDstack:
+			switch ref.Path {
+			case "node_rank":
+				return strconv.Itoa(n.rank), nil
+			case "nodes_num":
+				return strconv.Itoa(nodes), nil
+			}
+		}
+		// Left for the job to see: groups addresses are known only once placed.
+		return ref.String(), nil
+	}
+}
+
+// checkNameFree finds the run named name in project: an active one is a
+// conflict unless force; a finished one is replaced (its records deleted).
+func (s *Server) checkNameFree(project, name string, force bool) (replace []store.Mutation, active *store.Record, err error) {
+	for _, r := range s.store.Runs().ByProject(project) {
+		if r.Name != name {
+			continue
+		}
+		if !finishedRun(r.Status) {
+			if !force {
+				return nil, &r, apiErr(http.StatusConflict, api.CodeConflict, "name", "run %q is %s; stop it first or apply with force", name, r.Status)
+			}
+			rc := r
+			active = &rc
+			continue
+		}
+		for _, j := range s.store.Jobs().ByRun(r.ID) {
+			replace = append(replace, store.Delete(store.KindJob, j.ID))
+		}
+		replace = append(replace, store.Delete(store.KindRun, r.ID))
+	}
+	return replace, active, nil
+}

@@ -1,0 +1,293 @@
+package daemon
+
+import (
+	"errors"
+	"net/http"
+	"regexp"
+	"sort"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/store"
+)
+
+// namePattern is what user, project, run, queue, fleet and secret names
+// may look like (they appear in URLs and agent job ids).
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+func checkName(field, name string) error {
+	if !namePattern.MatchString(name) {
+		return badField(field, "%q: use 1-63 lowercase letters, digits, '-' or '_', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+func userOut(r store.Record) api.User {
+	return api.User{Name: r.Name, Role: r.Role, CreatedAt: r.CreatedAt}
+}
+
+func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
+	u, err := s.store.Users().Get(callerOf(r).name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, userOut(u))
+	return nil
+}
+
+func (s *Server) handleListUsers(w http.ResponseWriter, r *http.Request) error {
+	if err := requireAdmin(r); err != nil {
+		return err
+	}
+	out := []api.User{}
+	for _, u := range s.store.Users().List() {
+		out = append(out, userOut(u))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handleCreateUser(w http.ResponseWriter, r *http.Request) error {
+	if err := requireAdmin(r); err != nil {
+		return err
+	}
+	var req api.CreateUserRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if err := checkName("name", req.Name); err != nil {
+		return err
+	}
+	if req.Role == "" {
+		req.Role = api.RoleUser
+	}
+	if req.Role != api.RoleAdmin && req.Role != api.RoleUser {
+		return badField("global_role", "%q: use admin or user", req.Role)
+	}
+	token, err := store.NewToken()
+	if err != nil {
+		return err
+	}
+	rec := store.Record{Kind: store.KindUser, ID: req.Name, Name: req.Name, Role: req.Role, TokenHash: store.HashToken(token)}
+	res, err := s.store.Apply(r.Context(), store.Create(rec))
+	if errors.Is(err, store.ErrExists) {
+		return conflict("user %q exists", req.Name)
+	} else if err != nil {
+		return err
+	}
+	rec, _ = s.store.Users().Get(req.Name)
+	_ = res
+	writeJSON(w, http.StatusCreated, api.UserToken{User: userOut(rec), Token: token})
+	return nil
+}
+
+// selfOrAdmin answers the user named in the path if it is the caller or
+// the caller is an admin; others get 404 so user names do not leak.
+func (s *Server) selfOrAdmin(r *http.Request) (store.Record, error) {
+	c, name := callerOf(r), r.PathValue("user")
+	if !c.admin && c.name != name {
+		return store.Record{}, notFound("user", name)
+	}
+	u, err := s.store.Users().Get(name)
+	if err != nil {
+		return store.Record{}, notFound("user", name)
+	}
+	return u, nil
+}
+
+func (s *Server) handleGetUser(w http.ResponseWriter, r *http.Request) error {
+	u, err := s.selfOrAdmin(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, userOut(u))
+	return nil
+}
+
+func (s *Server) handleDeleteUser(w http.ResponseWriter, r *http.Request) error {
+	if err := requireAdmin(r); err != nil {
+		return err
+	}
+	name := r.PathValue("user")
+	if name == callerOf(r).name {
+		return conflict("you cannot delete yourself")
+	}
+	if _, err := s.store.Users().Get(name); err != nil {
+		return notFound("user", name)
+	}
+	muts := []store.Mutation{store.Delete(store.KindUser, name)}
+	for _, m := range s.store.Members().List() {
+		if m.User == name {
+			muts = append(muts, store.Delete(store.KindMember, m.ID))
+		}
+	}
+	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) handleRotateToken(w http.ResponseWriter, r *http.Request) error {
+	u, err := s.selfOrAdmin(r)
+	if err != nil {
+		return err
+	}
+	token, err := store.NewToken()
+	if err != nil {
+		return err
+	}
+	u.TokenHash = store.HashToken(token)
+	if _, err := s.store.Apply(r.Context(), store.Update(u)); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return conflict("the user changed meanwhile; try again")
+		}
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.UserToken{User: userOut(u), Token: token})
+	return nil
+}
+
+func (s *Server) handleListProjects(w http.ResponseWriter, r *http.Request) error {
+	c := callerOf(r)
+	out := []api.Project{}
+	for _, p := range s.store.Projects().List() {
+		role, err := s.projectRole(c, p.ID)
+		if err != nil {
+			continue
+		}
+		if m, err := s.store.Members().Get(store.MemberID(p.ID, c.name)); err == nil {
+			role = m.Role
+		} else {
+			role = ""
+		}
+		out = append(out, api.Project{Name: p.Name, Owner: p.User, CreatedAt: p.CreatedAt, Role: role})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handleCreateProject(w http.ResponseWriter, r *http.Request) error {
+	if err := requireAdmin(r); err != nil {
+		return err
+	}
+	var req api.CreateProjectRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if err := checkName("name", req.Name); err != nil {
+		return err
+	}
+	if _, err := s.store.Projects().Get(req.Name); err == nil {
+		return conflict("project %q exists", req.Name)
+	}
+	c := callerOf(r)
+	if _, err := s.store.Apply(r.Context(), s.projectMutations(req.Name, c.name)...); err != nil {
+		return err
+	}
+	p, _ := s.store.Projects().Get(req.Name)
+	writeJSON(w, http.StatusCreated, api.Project{Name: p.Name, Owner: p.User, CreatedAt: p.CreatedAt, Role: api.RoleAdmin})
+	return nil
+}
+
+func (s *Server) handleGetProject(w http.ResponseWriter, r *http.Request) error {
+	project, c, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	p, _ := s.store.Projects().Get(project)
+	role := ""
+	if m, err := s.store.Members().Get(store.MemberID(project, c.name)); err == nil {
+		role = m.Role
+	}
+	writeJSON(w, http.StatusOK, api.Project{Name: p.Name, Owner: p.User, CreatedAt: p.CreatedAt, Role: role})
+	return nil
+}
+
+func (s *Server) handleDeleteProject(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	if err := requireAdmin(r); err != nil {
+		return err
+	}
+	var muts []store.Mutation
+	for _, run := range s.store.Runs().ByProject(project) {
+		if !finishedRun(run.Status) {
+			return conflict("project %q has active runs; stop them first", project)
+		}
+		for _, j := range s.store.Jobs().ByRun(run.ID) {
+			muts = append(muts, store.Delete(store.KindJob, j.ID))
+		}
+		muts = append(muts, store.Delete(store.KindRun, run.ID))
+	}
+	for _, k := range []store.Kind{store.KindMember, store.KindQueue, store.KindSecret, store.KindFleet} {
+		for _, rec := range s.store.Collection(k).ByProject(project) {
+			muts = append(muts, store.Delete(k, rec.ID))
+		}
+	}
+	muts = append(muts, store.Delete(store.KindProject, project))
+	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) handleListMembers(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return err
+	}
+	out := []api.Member{}
+	for _, m := range s.store.Members().ByProject(project) {
+		out = append(out, api.Member{Project: project, User: m.User, Role: m.Role})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].User < out[j].User })
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handleSetMember(w http.ResponseWriter, r *http.Request) error {
+	project, c, err := s.authorize(r, api.RoleManager)
+	if err != nil {
+		return err
+	}
+	var req api.SetMemberRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if roleRank(req.Role) == 0 {
+		return badField("role", "%q: use admin, manager or user", req.Role)
+	}
+	have, _ := s.projectRole(c, project)
+	if roleRank(req.Role) > roleRank(have) {
+		return forbidden("you cannot grant %s: your role is %s", req.Role, have)
+	}
+	user := r.PathValue("user")
+	if _, err := s.store.Users().Get(user); err != nil {
+		return notFound("user", user)
+	}
+	rec := store.Record{Kind: store.KindMember, ID: store.MemberID(project, user), Project: project, User: user, Role: req.Role}
+	if _, err := s.store.Apply(r.Context(), store.Put(rec)); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.Member{Project: project, User: user, Role: req.Role})
+	return nil
+}
+
+func (s *Server) handleDeleteMember(w http.ResponseWriter, r *http.Request) error {
+	project, _, err := s.authorize(r, api.RoleManager)
+	if err != nil {
+		return err
+	}
+	user := r.PathValue("user")
+	if _, err := s.store.Members().Get(store.MemberID(project, user)); err != nil {
+		return notFound("member", user)
+	}
+	if _, err := s.store.Apply(r.Context(), store.Delete(store.KindMember, store.MemberID(project, user))); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
