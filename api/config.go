@@ -142,6 +142,10 @@ func (d *decoder) config(body ast.Node) *Config {
 	}
 	k, ok := d.oneOf(typeNode, "type", Kinds()...)
 	if !ok {
+		if r := d.resolveQuiet(typeNode); r != nil && isNull(r) {
+			d.errorAt(typeNode, "type", "the type is empty",
+				"write one of task, service, dev-environment, fleet, volume, gateway, queue")
+		}
 		return nil
 	}
 	c := &Config{Kind: Kind(k)}

@@ -177,6 +177,7 @@ func (d *decoder) blocks(n ast.Node, path string) *Blocks {
 
 func (d *decoder) sshConfig(n ast.Node, path string) *SSHConfig {
 	c := &SSHConfig{}
+	errsBefore := len(d.errs)
 	present := d.object(n, path, "an SSH configuration", fields{
 		"user":          func(n ast.Node, p string) { c.User, _ = d.str(n, p) },
 		"port":          func(n ast.Node, p string) { c.Port, _ = d.integer(n, p, 1, 65535) },
@@ -192,7 +193,9 @@ func (d *decoder) sshConfig(n ast.Node, path string) *SSHConfig {
 			}
 		},
 	})
-	d.require(present, n, path, "hosts", "list the hosts, like `hosts: [192.168.1.10]`")
+	if present != nil && len(c.Hosts) == 0 && len(d.errs) == errsBefore {
+		d.errorAt(n, join(path, "hosts"), "an SSH fleet needs at least one host", "list the hosts, like `hosts: [192.168.1.10]`")
+	}
 	return c
 }
 

@@ -30,7 +30,7 @@ func FuzzParse(f *testing.F) {
 			if !errors.As(err, &list) || len(list) == 0 {
 				t.Fatalf("error is not a non-empty ErrorList: %T %v", err, err)
 			}
-			lines := bytes.Count(data, []byte("\n")) + 1
+			lines := len(splitLines(string(data)))
 			for _, e := range list {
 				if e.Line < 0 || e.Line > lines+1 || e.Column < 0 {
 					t.Fatalf("error position %d:%d outside the input of %d lines", e.Line, e.Column, lines)

@@ -49,6 +49,9 @@ func Parse(filename string, data []byte, opts ...Option) (*Config, error) {
 		return nil, d.errs
 	}
 	cfg := d.config(body)
+	if cfg == nil && len(d.errs) == 0 {
+		d.errorAt(body, "", "this is not a configuration", "start it with a type, like `type: task`")
+	}
 	if len(d.errs) > 0 {
 		return nil, d.errs.sorted()
 	}
@@ -127,10 +130,10 @@ func (d *decoder) add(line, col int, path, msg, fix string) {
 	e := &Error{File: d.file, Line: line, Column: col, Path: path, Message: msg, Fix: fix}
 	if line > 0 {
 		if d.lines == nil {
-			d.lines = strings.Split(string(d.src), "\n")
+			d.lines = splitLines(string(d.src))
 		}
 		if line <= len(d.lines) {
-			e.Source = strings.TrimRight(d.lines[line-1], "\r")
+			e.Source = d.lines[line-1]
 		}
 	}
 	d.errs = append(d.errs, e)
@@ -282,8 +285,8 @@ func (d *decoder) entries(n ast.Node, path, what string) ([]keyValue, bool) {
 type fields map[string]func(n ast.Node, path string)
 
 // object decodes mapping n with fs, reporting unknown keys with the closest
-// known key. It returns the keys that were present, each with the node to
-// point errors about its value at; nil when n is not a mapping.
+// known key. It returns the keys that have a non-null value, each with its
+// value node (errors about a value point at it); nil when n is not a mapping.
 func (d *decoder) object(n ast.Node, path, what string, fs fields) map[string]ast.Node {
 	kvs, ok := d.entries(n, path, what)
 	if !ok {
@@ -297,12 +300,10 @@ func (d *decoder) object(n ast.Node, path, what string, fs fields) map[string]as
 			d.unknownField(kv, path, p, fs)
 			continue
 		}
-		// Errors about a field's value point at the value (at the key when empty).
-		at := kv.value
-		if isNull(at) || at.GetToken() == nil {
-			at = kv.keyN
+		// A null value counts as absent; errors about a value point at it.
+		if r := d.resolveQuiet(kv.value); r != nil && !isNull(r) && kv.value.GetToken() != nil {
+			present[kv.key] = kv.value
 		}
-		present[kv.key] = at
 		f(kv.value, p)
 	}
 	return present
@@ -567,3 +568,8 @@ func (d *decoder) require(present map[string]ast.Node, at ast.Node, path, key, f
 
 // trimBOM drops a UTF-8 byte order mark, which some editors write.
 func trimBOM(b []byte) []byte { return bytes.TrimPrefix(b, []byte("\xef\xbb\xbf")) }
+
+// splitLines splits src at YAML line breaks: "\r\n", "\n" or a lone "\r".
+func splitLines(src string) []string {
+	return strings.Split(strings.ReplaceAll(strings.ReplaceAll(src, "\r\n", "\n"), "\r", "\n"), "\n")
+}
