@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSimOutputAndExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "broken.yaml")
+	if err := os.WriteFile(broken, []byte("nodes:\n  - {name: n0, gpus: 1}\nqueues:\n  - {name: a}\njobs:\n  - {name: j, queue: nope, tasks: [{gpu: 1}]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wrong := filepath.Join(dir, "wrong.yaml")
+	if err := os.WriteFile(wrong, []byte("# expects the wrong node\nnodes:\n  - {name: n0, gpus: 1}\nqueues:\n  - {name: a}\njobs:\n  - {name: j, queue: a, priority: train, tasks: [{gpu: 1}]}\nexpect:\n  jobs:\n    j: {tasks: [{node: n9}]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{name: "tables per cycle, reasons and the expect check", args: []string{"sim", "testdata/sched/reclaim-takes-borrowed-gpus.yaml"},
+			stdout: "cycle 1: 1 placed, 2 evicted, 0 pending"},
+		{name: "evictions show the action and why", args: []string{"sim", "testdata/sched/reclaim-takes-borrowed-gpus.yaml"},
+			stdout: "reclaimed for job a1 of queue a: queue b is over its fair share"},
+		{name: "pending jobs carry their reason", args: []string{"sim", "testdata/sched/limit-blocks-job.yaml"},
+			stdout: "pending j: queue team-a is at its limit of 2 GPUs"},
+		{name: "a scenario error names the field", args: []string{"sim", broken}, code: exitInvalidInput,
+			stderr: `jobs[0].queue: "nope" is not a queue of this scenario`},
+		{name: "a failed expectation exits 1", args: []string{"sim", wrong}, code: exitInvalidInput,
+			stderr: "expect.jobs.j.tasks[0].node: want \"n9\""},
+		{name: "no scenario is a usage error", args: []string{"sim"}, code: exitUsage, stderr: "sim takes one scenario file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(append([]string{"gpud"}, tt.args...), &stdout, &stderr)
+			if code != tt.code {
+				t.Fatalf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, stdout.String(), stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tt.stdout) {
+				t.Errorf("stdout:\n%s\nwant it to contain:\n%s", stdout.String(), tt.stdout)
+			}
+			if !strings.Contains(stderr.String(), tt.stderr) {
+				t.Errorf("stderr:\n%s\nwant it to contain:\n%s", stderr.String(), tt.stderr)
+			}
+		})
+	}
+}
+
+// TestSimJSONContract checks the --json shape scenario authors and
+// acceptance checks rely on.
+func TestSimJSONContract(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"gpud", "sim", "--json", "testdata/sched/reclaim-takes-borrowed-gpus.yaml"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var got struct {
+		Jobs map[string]struct {
+			Status string `json:"status"`
+			Reason string `json:"reason"`
+			Tasks  []struct {
+				Status  string `json:"status"`
+				Node    string `json:"node"`
+				Devices []int  `json:"devices"`
+			} `json:"tasks"`
+		} `json:"jobs"`
+		Queues map[string]struct {
+			FairShare map[string]float64 `json:"fair_share"`
+			Allocated map[string]float64 `json:"allocated"`
+		} `json:"queues"`
+	}
+	dec := json.NewDecoder(&stdout)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&got); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	a1 := got.Jobs["a1"]
+	if a1.Status != "pipelined" || len(a1.Tasks) != 1 || a1.Tasks[0].Node != "n0" || len(a1.Tasks[0].Devices) != 2 {
+		t.Errorf("a1 = %+v, want pipelined on n0 with two devices", a1)
+	}
+	if got.Jobs["b8"].Status != "evicted" {
+		t.Errorf("b8 = %+v, want evicted", got.Jobs["b8"])
+	}
+	if q := got.Queues["b"]; q.FairShare["gpu"] != 6 || q.Allocated["gpu"] != 6 {
+		t.Errorf("queue b = %+v, want fair share and allocation of 6 GPUs", q)
+	}
+}
