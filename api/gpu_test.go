@@ -163,3 +163,25 @@ func TestElasticNodesAndFractionalLongForm(t *testing.T) {
 		t.Fatalf("memory_share 20GB should make a fractional request, got %+v", g)
 	}
 }
+
+func TestPreemptibleFollowsThePriorityClassUnlessSet(t *testing.T) {
+	tests := map[string]bool{
+		"priority: inference\n":         false,
+		"priority: build\n":             false,
+		"priority: train\n":             true,
+		"priority: build-preemptible\n": true,
+		"priority: 90\n":                true,
+		"":                              true,
+		"priority: inference\npreemptible: true\n": true,
+		"priority: train\npreemptible: false\n":    false,
+	}
+	for extra, want := range tests {
+		cfg, err := Parse("t.yml", []byte("type: task\ncommands: [x]\n"+extra))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Task.IsPreemptible(); got != want {
+			t.Errorf("%q: preemptible %v, want %v", extra, got, want)
+		}
+	}
+}

@@ -167,6 +167,19 @@ func (d *decoder) profileFields(r *RunSpec) fields {
 	}
 }
 
+// IsPreemptible reports whether the scheduler may preempt the run: the
+// explicit preemptible field, else what its priority class implies (train
+// and build-preemptible runs, and numeric priorities, are preemptible).
+func (r *RunSpec) IsPreemptible() bool {
+	if r.Preemptible != nil {
+		return *r.Preemptible
+	}
+	if r.Priority != nil {
+		return r.Priority.Preemptible()
+	}
+	return true
+}
+
 func boolPtr(b, ok bool) *bool {
 	if !ok {
 		return nil
