@@ -7,86 +7,125 @@ import (
 	"time"
 )
 
-// recordFormat is the first byte of every record value written by this
-// schema: it lets a later schema change the encoding without guessing.
-// Layout: [recordFormat][uvarint len(sealed)][sealed][compact JSON]. The
-// sealed envelope is stored raw (not base64 inside the JSON), so what is on
-// disk is exactly the ciphertext — or, in plaintext mode, the plaintext.
+// recordFormat is the first byte of every record value written by schema 2;
+// it lets a later schema change the encoding without guessing. The layout,
+// chosen so that Open decodes 100,000 records without reflection:
+//
+//	[recordFormat]
+//	uvarint Version, varint CreatedAt, varint UpdatedAt (Unix nanoseconds)
+//	12 × (uvarint length, bytes): ID Project Name Status Queue Fleet
+//	     Instance Run User Role TokenHash Reason
+//	uvarint length, sealed envelope (raw bytes: ciphertext, or plaintext
+//	     in plaintext mode)
+//	uvarint length, Spec (JSON)
 const recordFormat byte = 2
 
-// diskRecord is a Record as stored: timestamps as Unix nanoseconds and the
-// secret material already sealed.
-type diskRecord struct {
-	ID        string          `json:"id"`
-	Project   string          `json:"p,omitempty"`
-	Name      string          `json:"n,omitempty"`
-	Status    string          `json:"s,omitempty"`
-	Queue     string          `json:"q,omitempty"`
-	Fleet     string          `json:"f,omitempty"`
-	Instance  string          `json:"i,omitempty"`
-	Run       string          `json:"r,omitempty"`
-	User      string          `json:"u,omitempty"`
-	Role      string          `json:"ro,omitempty"`
-	TokenHash string          `json:"th,omitempty"`
-	Reason    string          `json:"why,omitempty"`
-	Version   uint64          `json:"v"`
-	Created   int64           `json:"c"`
-	Updated   int64           `json:"m"`
-	Spec      json.RawMessage `json:"spec,omitempty"`
+const numStringFields = 12
+
+func stringFields(r *Record) [numStringFields]*string {
+	return [numStringFields]*string{&r.ID, &r.Project, &r.Name, &r.Status, &r.Queue, &r.Fleet,
+		&r.Instance, &r.Run, &r.User, &r.Role, &r.TokenHash, &r.Reason}
 }
 
 // encodeRecord turns r into its stored bytes; sealed is r.Sealed already
 // passed through the keyring (nil when r has no secret material).
 func encodeRecord(r *Record, sealed []byte) ([]byte, error) {
-	d := diskRecord{
-		ID: r.ID, Project: r.Project, Name: r.Name, Status: r.Status, Queue: r.Queue, Fleet: r.Fleet,
-		Instance: r.Instance, Run: r.Run, User: r.User, Role: r.Role, TokenHash: r.TokenHash,
-		Reason: r.Reason, Version: r.Version, Created: r.CreatedAt.UnixNano(), Updated: r.UpdatedAt.UnixNano(),
-		Spec: r.Spec,
+	n := 1 + 3*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + len(sealed) + len(r.Spec)
+	fields := stringFields(r)
+	for _, f := range fields {
+		n += binary.MaxVarintLen64 + len(*f)
 	}
-	b, err := json.Marshal(&d)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s %q: %w", r.Kind, r.ID, err)
-	}
-	out := make([]byte, 0, 1+binary.MaxVarintLen64+len(sealed)+len(b))
+	out := make([]byte, 0, n)
 	out = append(out, recordFormat)
+	out = binary.AppendUvarint(out, r.Version)
+	out = binary.AppendVarint(out, r.CreatedAt.UnixNano())
+	out = binary.AppendVarint(out, r.UpdatedAt.UnixNano())
+	for _, f := range fields {
+		out = binary.AppendUvarint(out, uint64(len(*f)))
+		out = append(out, *f...)
+	}
 	out = binary.AppendUvarint(out, uint64(len(sealed)))
 	out = append(out, sealed...)
-	return append(out, b...), nil
+	out = binary.AppendUvarint(out, uint64(len(r.Spec)))
+	return append(out, r.Spec...), nil
 }
 
 // decodeRecord parses stored bytes of kind k. It returns the record with
-// Sealed still sealed; the caller opens it with the keyring. It never panics
-// on malformed input (see FuzzDecodeRecord).
+// Sealed still sealed; the caller opens it with the keyring. The result
+// shares no memory with b (bbolt's pages are only valid inside their
+// transaction). It never panics on malformed input (see FuzzDecodeRecord).
 func decodeRecord(k Kind, b []byte) (Record, error) {
+	bad := func(what string) (Record, error) {
+		return Record{}, fmt.Errorf("%w: %s record: %s", ErrInvalid, k, what)
+	}
 	if len(b) == 0 {
-		return Record{}, fmt.Errorf("%w: empty %s record", ErrInvalid, k)
+		return bad("empty")
 	}
 	if b[0] != recordFormat {
-		return Record{}, fmt.Errorf("%w: %s record has format %d, want %d", ErrInvalid, k, b[0], recordFormat)
+		return bad(fmt.Sprintf("format %d, want %d", b[0], recordFormat))
 	}
-	n, w := binary.Uvarint(b[1:])
-	if w <= 0 || n > uint64(len(b)-1-w) {
-		return Record{}, fmt.Errorf("%w: %s record has a bad sealed length", ErrInvalid, k)
+	p := 1
+	uv := func() (uint64, bool) {
+		v, w := binary.Uvarint(b[p:])
+		if w <= 0 {
+			return 0, false
+		}
+		p += w
+		return v, true
 	}
-	var sealed []byte
-	if n > 0 {
-		sealed = append([]byte(nil), b[1+w:1+w+int(n)]...)
+	sv := func() (int64, bool) {
+		v, w := binary.Varint(b[p:])
+		if w <= 0 {
+			return 0, false
+		}
+		p += w
+		return v, true
 	}
-	var d diskRecord
-	if err := json.Unmarshal(b[1+w+int(n):], &d); err != nil {
-		return Record{}, fmt.Errorf("%w: %s record: %v", ErrInvalid, k, err)
+	var r Record
+	var ok1, ok2, ok3 bool
+	var created, updated int64
+	r.Version, ok1 = uv()
+	created, ok2 = sv()
+	updated, ok3 = sv()
+	if !ok1 || !ok2 || !ok3 {
+		return bad("truncated header")
 	}
-	if d.ID == "" {
-		return Record{}, fmt.Errorf("%w: %s record without id", ErrInvalid, k)
+	// The string fields become substrings of one string, so a record costs
+	// one allocation for all of them.
+	type span struct{ from, to int }
+	var spans [numStringFields]span
+	start := p
+	for i := range spans {
+		n, ok := uv()
+		if !ok || n > uint64(len(b)-p) {
+			return bad("truncated field")
+		}
+		spans[i] = span{p - start, p - start + int(n)}
+		p += int(n)
 	}
-	r := Record{
-		Kind: k, ID: d.ID, Project: d.Project, Name: d.Name, Status: d.Status, Queue: d.Queue,
-		Fleet: d.Fleet, Instance: d.Instance, Run: d.Run, User: d.User, Role: d.Role,
-		TokenHash: d.TokenHash, Reason: d.Reason, Version: d.Version,
-		CreatedAt: time.Unix(0, d.Created).UTC(), UpdatedAt: time.Unix(0, d.Updated).UTC(),
-		Spec: d.Spec, Sealed: sealed,
+	all := string(b[start:p])
+	for i, f := range stringFields(&r) {
+		*f = all[spans[i].from:spans[i].to]
 	}
+	for _, dst := range []*[]byte{&r.Sealed, (*[]byte)(&r.Spec)} {
+		n, ok := uv()
+		if !ok || n > uint64(len(b)-p) {
+			return bad("truncated value")
+		}
+		if n > 0 {
+			*dst = append([]byte(nil), b[p:p+int(n)]...)
+		}
+		p += int(n)
+	}
+	if p != len(b) {
+		return bad("trailing bytes")
+	}
+	if r.ID == "" {
+		return bad("no id")
+	}
+	r.Kind = k
+	r.CreatedAt = time.Unix(0, created).UTC()
+	r.UpdatedAt = time.Unix(0, updated).UTC()
 	return r, nil
 }
 

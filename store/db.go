@@ -163,7 +163,9 @@ func (s *Store) load() error {
 	return s.db.View(func(tx *bbolt.Tx) error {
 		for _, k := range Kinds() {
 			t := s.mem.tables[k]
-			err := tx.Bucket([]byte(k)).ForEach(func(key, v []byte) error {
+			b := tx.Bucket([]byte(k))
+			recs := make([]*Record, 0, b.Stats().KeyN)
+			err := b.ForEach(func(key, v []byte) error {
 				r, err := decodeRecord(k, v)
 				if err != nil {
 					return fmt.Errorf("%s %q: %w", k, key, err)
@@ -175,12 +177,13 @@ func (s *Store) load() error {
 					}
 					r.Sealed = pt
 				}
-				t.put(&r)
+				recs = append(recs, &r)
 				return nil
 			})
 			if err != nil {
 				return err
 			}
+			t.load(recs)
 		}
 		return tx.Bucket([]byte(KindKV)).ForEach(func(key, v []byte) error {
 			e, err := decodeKV(s.keys, string(key), v)

@@ -77,6 +77,37 @@ func (t *table) put(r *Record) {
 	}
 }
 
+// load fills an empty table with recs, sizing every map first so that a
+// rebuild of 100,000 records does not rehash its big index sets.
+func (t *table) load(recs []*Record) {
+	t.recs = make(map[string]*Record, len(recs))
+	var counts [numIndexes]map[string]int
+	for f := range counts {
+		counts[f] = map[string]int{}
+	}
+	for _, r := range recs {
+		t.recs[r.ID] = r
+		for f := indexField(0); f < numIndexes; f++ {
+			if v := fieldOf(r, f); v != "" {
+				counts[f][v]++
+			}
+		}
+	}
+	for f := range counts {
+		t.idx[f] = make(map[string]map[string]struct{}, len(counts[f]))
+		for v, n := range counts[f] {
+			t.idx[f][v] = make(map[string]struct{}, n)
+		}
+	}
+	for _, r := range recs {
+		for f := indexField(0); f < numIndexes; f++ {
+			if v := fieldOf(r, f); v != "" {
+				t.idx[f][v][r.ID] = struct{}{}
+			}
+		}
+	}
+}
+
 func (t *table) remove(id string) {
 	if old := t.recs[id]; old != nil {
 		t.unindex(old)
