@@ -80,7 +80,11 @@ func sshdRootfs() ([]byte, error) {
 	tw := tar.NewWriter(&buf)
 	epoch := time.Unix(0, 0)
 	dir := func(name string, mode int64) error {
-		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, ModTime: epoch})
+		h := &tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, ModTime: epoch}
+		if name == "home/ops" {
+			h.Uid, h.Gid = 1000, 1000 // the non-root login user owns its home
+		}
+		return tw.WriteHeader(h)
 	}
 	file := func(name string, mode int64, body []byte) error {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(body)), ModTime: epoch}); err != nil {
@@ -235,7 +239,7 @@ type SSHD struct {
 func (s *SSHD) Addr() string { return fmt.Sprintf("%s:%d", s.IP, s.Port) }
 
 // StartSSHD runs an sshd container that accepts the given client keys for
-// root and ops, on a fixed address of nw; it is removed when the test ends.
+// root and for the unprivileged user ops (uid 1000, home /home/ops), on a fixed address of nw; it is removed when the test ends.
 func StartSSHD(t testing.TB, image string, nw *DockerNetwork, clientKeys ...ssh.PublicKey) *SSHD {
 	t.Helper()
 	keyDir := t.TempDir()
