@@ -88,6 +88,7 @@ func commands() []*cli.Command {
 		secretCommand(),
 		eventsCommand(),
 		loginCommand(),
+		adminCommand(),
 	}
 }
 
