@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -211,11 +212,14 @@ func handleOf(jobID string, c container.InspectResponse) runtime.Handle {
 				if hp == 0 {
 					continue
 				}
-				ip := ""
-				if b.HostIP.IsValid() {
-					ip = b.HostIP.String()
+				p := api.JobPort{Container: int(port.Num()), Host: hp, Protocol: string(port.Proto())}
+				if b.HostIP.IsValid() && !b.HostIP.IsUnspecified() {
+					p.HostIP = b.HostIP.String()
 				}
-				h.Ports = append(h.Ports, api.JobPort{Container: int(port.Num()), Host: hp, Protocol: string(port.Proto()), HostIP: ip})
+				// The engine lists one binding per address family; report the port once.
+				if !slices.Contains(h.Ports, p) {
+					h.Ports = append(h.Ports, p)
+				}
 			}
 		}
 	}
