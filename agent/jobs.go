@@ -88,18 +88,23 @@ func (a *Agent) Stop(ctx context.Context, id string) (api.JobStatus, error) {
 	if err := a.db.Put(rec); err != nil {
 		return api.JobStatus{}, err
 	}
-	grace := rec.Spec.StopDuration
+	a.stopInBackground(id, rec.Handle, rec.Spec.StopDuration)
+	return rec.Status, nil
+}
+
+// stopInBackground runs the runtime's stop (SIGTERM, grace, SIGKILL) in a
+// goroutine the agent waits for on Close.
+func (a *Agent) stopInBackground(id string, h runtime.Handle, grace time.Duration) {
 	if grace <= 0 {
 		grace = DefaultStopDuration
 	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		if err := a.rt.Stop(a.ctx, rec.Handle, grace); err != nil {
+		if err := a.rt.Stop(a.ctx, h, grace); err != nil && a.ctx.Err() == nil {
 			a.log.Error().Err(err).Str("job", id).Msg("stop job")
 		}
 	}()
-	return rec.Status, nil
 }
 
 // Remove deletes a finished job: its container or files, its logs and its
@@ -250,6 +255,10 @@ func (a *Agent) adoptOne(rec state.Record, f runtime.Found, seen bool) {
 		}
 		log.Msg("re-adopted running job")
 		a.watch(j)
+		if rec.StopRequested {
+			// The previous agent went down during a stop: finish it.
+			a.stopInBackground(rec.Spec.ID, j.rec.Handle, rec.Spec.StopDuration)
+		}
 	case seen && !f.Lost:
 		log.Int("exit_code", f.Exit.Code).Msg("job ended while the agent was down")
 		a.finish(j, f.Exit, "", "", true)

@@ -362,3 +362,42 @@ func get(t *testing.T, r *running, path string) string {
 	}
 	return string(b)
 }
+
+func TestRestartDuringStopFinishesTheStop(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			h := newHost(t, kind)
+			ctx := context.Background()
+			first := h.start(t)
+			s := spec(t, "stubborn", "trap '' TERM; echo ready; while true; do sleep 0.1; done")
+			s.StopDuration = time.Second
+			if _, err := first.cli.Start(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			testutil.Eventually(t, 20*time.Second, func() error {
+				ready := false
+				first.cli.Logs(ctx, "stubborn", client.LogOptions{}, func(e api.JobLogEntry) error { ready = ready || e.Line == "ready"; return nil })
+				if !ready {
+					return fmt.Errorf("not ready")
+				}
+				return nil
+			})
+			if _, err := first.cli.Stop(ctx, "stubborn"); err != nil {
+				t.Fatal(err)
+			}
+			first.stop() // down within the grace period, before SIGKILL
+
+			second := h.start(t)
+			removeAll(t, second.cli)
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			st, err := second.cli.Wait(wctx, "stubborn")
+			if err != nil {
+				t.Fatalf("the job outlived a stop interrupted by a restart: %v", err)
+			}
+			if st.State != api.JobTerminated || st.Reason != api.ExitStopped || st.Signal != "SIGKILL" {
+				t.Fatalf("status = %+v, want terminated by SIGKILL", st)
+			}
+		})
+	}
+}
