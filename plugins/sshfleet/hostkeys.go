@@ -24,6 +24,9 @@ type HostKeyStore interface {
 	// PinHostKey records key as addr's key. It is called only when no key
 	// was pinned, on the first successful key exchange.
 	PinHostKey(ctx context.Context, addr string, key ssh.PublicKey) error
+	// ForgetHostKey removes addr's pin, so the next connection pins the key
+	// then offered: how an operator accepts a host's new key.
+	ForgetHostKey(ctx context.Context, addr string) error
 }
 
 // ErrHostKeyChanged is matched (errors.Is) by every HostKeyChangedError.
@@ -99,11 +102,12 @@ func (m *MemoryHostKeys) PinHostKey(_ context.Context, addr string, key ssh.Publ
 	return nil
 }
 
-// Forget removes addr's pinned key, so the next connection pins anew.
-func (m *MemoryHostKeys) Forget(addr string) {
+// ForgetHostKey implements HostKeyStore.
+func (m *MemoryHostKeys) ForgetHostKey(_ context.Context, addr string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.keys, addr)
+	return nil
 }
 
 // FileHostKeys is a HostKeyStore in a file of "host:port key-type base64"
@@ -143,6 +147,34 @@ func (f *FileHostKeys) PinHostKey(_ context.Context, addr string, key ssh.Public
 		return fmt.Errorf("host keys %s: %w", f.Path, err)
 	}
 	return fh.Close()
+}
+
+// ForgetHostKey implements HostKeyStore by rewriting the file without
+// addr's lines (to a temporary file renamed over it).
+func (f *FileHostKeys) ForgetHostKey(_ context.Context, addr string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := os.ReadFile(f.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("host keys: %w", err)
+	}
+	var kept bytes.Buffer
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if a, _, _ := strings.Cut(strings.TrimSpace(line), " "); a != addr {
+			kept.WriteString(line)
+		}
+	}
+	tmp := f.Path + ".tmp"
+	if err := os.WriteFile(tmp, kept.Bytes(), 0o600); err != nil {
+		return fmt.Errorf("host keys: %w", err)
+	}
+	if err := os.Rename(tmp, f.Path); err != nil {
+		return fmt.Errorf("host keys: %w", err)
+	}
+	return nil
 }
 
 func (f *FileHostKeys) read() (map[string]ssh.PublicKey, error) {
