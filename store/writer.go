@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -71,21 +72,40 @@ func (s *Store) runWriter() {
 				}
 			}
 		}
-		group := []*request{first}
-		n := len(first.muts)
-	gather:
-		for n < maxGroup {
-			select {
-			case r := <-s.reqs:
-				group = append(group, r)
-				n += len(r.muts)
-			default:
-				break gather
-			}
-		}
-		s.commit(group)
+		s.commit(s.gather(first))
 	}
 }
+
+// gather collects the calls queued behind first. Callers released by the
+// previous commit are usually about to submit again; yielding the processor
+// while new calls keep arriving lets them join this group instead of the
+// next, which keeps groups full rather than alternating big and small. With
+// a single caller nothing arrives and the yield costs nothing.
+func (s *Store) gather(first *request) []*request {
+	group := []*request{first}
+	n := len(first.muts)
+	for yields := 0; n < maxGroup; {
+		select {
+		case r := <-s.reqs:
+			group = append(group, r)
+			n += len(r.muts)
+			continue
+		default:
+		}
+		if yields == maxYields {
+			break
+		}
+		yields++
+		runtime.Gosched()
+		if len(s.reqs) == 0 && yields > 1 {
+			break // two yields brought nobody: the callers are not coming back now
+		}
+	}
+	return group
+}
+
+// maxYields bounds how often gather yields waiting for more callers.
+const maxYields = 4
 
 // commit stages each call of the group, writes the survivors in one
 // transaction, then updates memory, publishes the changes and releases the
