@@ -401,3 +401,28 @@ func TestRestartDuringStopFinishesTheStop(t *testing.T) {
 		})
 	}
 }
+
+func TestAPIOverAUnixSocket(t *testing.T) {
+	r := newHost(t, "process").start(t)
+	sock := t.TempDir() + "/agent.sock"
+	l, err := server.Listen("unix://" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- server.Serve(ctx, l, r.srv.Config.Handler) }()
+	defer func() { cancel(); <-done }()
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode = %v, %v; want 0600", fi.Mode(), err)
+	}
+	c, err := client.New("unix://"+sock, token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Host(ctx)
+	if err != nil || h.Runtime != "process" {
+		t.Fatalf("host over unix socket = %+v, %v", h, err)
+	}
+}
