@@ -99,7 +99,7 @@ func decodeError(err error) error {
 	case errors.As(err, &se):
 		return apiErr(http.StatusBadRequest, api.CodeInvalidJSON, "", "malformed JSON at byte %d: %v", se.Offset, se)
 	case errors.As(err, &ute):
-		field := ute.Field
+		field := jsonField(ute.Field)
 		return apiErr(http.StatusBadRequest, api.CodeInvalidField, field, "%s: want %s, got JSON %s", fieldName(field), ute.Type, ute.Value)
 	case errors.As(err, &el):
 		return configErrors(el)
@@ -110,6 +110,20 @@ func decodeError(err error) error {
 		return apiErr(http.StatusBadRequest, api.CodeUnknownField, field, "unknown field %q; check the spelling against the API reference (docs/server.md)", field)
 	}
 	return apiErr(http.StatusBadRequest, api.CodeInvalidJSON, "", "bad JSON body: %v", err)
+}
+
+// jsonField drops embedded Go struct names from encoding/json's field path
+// ("ApplyRequest.configuration_yaml" -> "configuration_yaml").
+func jsonField(path string) string {
+	parts := strings.Split(path, ".")
+	out := parts[:0]
+	for _, p := range parts {
+		if p != "" && p[0] >= 'A' && p[0] <= 'Z' {
+			continue
+		}
+		out = append(out, p)
+	}
+	return strings.Join(out, ".")
 }
 
 func fieldName(f string) string {
