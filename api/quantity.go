@@ -87,11 +87,15 @@ func ParseDuration(s string) (time.Duration, error) {
 	if t == "" {
 		return 0, fmt.Errorf("empty duration: write a number with a unit, like 30s, 5m, 1h, 3d or 1w")
 	}
-	if n, err := strconv.ParseInt(t, 10, 64); err == nil {
-		if n < 0 {
-			return 0, fmt.Errorf("%q: a duration cannot be negative", s)
+	// A bare number is seconds; only try it when the text ends in a digit,
+	// so "15s" does not pay for a failed ParseInt.
+	if c := t[len(t)-1]; c >= '0' && c <= '9' {
+		if n, err := strconv.ParseInt(t, 10, 64); err == nil {
+			if n < 0 {
+				return 0, fmt.Errorf("%q: a duration cannot be negative", s)
+			}
+			return time.Duration(n) * time.Second, nil
 		}
-		return time.Duration(n) * time.Second, nil
 	}
 	for _, u := range []struct {
 		suffix string
