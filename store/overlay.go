@@ -32,7 +32,11 @@ type overlay struct {
 }
 
 func newOverlay(mem *memory, parent *overlay) *overlay {
-	return &overlay{mem: mem, parent: parent, entries: map[okey]*entry{}}
+	return newOverlaySized(mem, parent, 0)
+}
+
+func newOverlaySized(mem *memory, parent *overlay, n int) *overlay {
+	return &overlay{mem: mem, parent: parent, entries: make(map[okey]*entry, n), order: make([]okey, 0, n)}
 }
 
 // record returns the current record visible through the overlay. The
@@ -93,8 +97,11 @@ func (o *overlay) set(k okey, e *entry) {
 	o.entries[k] = e
 }
 
-// merge moves a child's staged changes into o.
+// merge moves a child's staged changes into o (nil: staged in o already).
 func (o *overlay) merge(child *overlay) {
+	if child == nil {
+		return
+	}
 	for _, k := range child.order {
 		o.set(k, child.entries[k])
 	}
@@ -104,6 +111,15 @@ func (o *overlay) merge(child *overlay) {
 // stage applies muts to a child overlay of o. On error the child is
 // discarded and o is untouched.
 func (s *Store) stage(o *overlay, muts []Mutation, now time.Time) (*overlay, []uint64, error) {
+	if len(muts) == 1 {
+		// A single mutation fails before it stages anything, so it can go
+		// straight into o: no child overlay to allocate and merge.
+		v, err := s.stageOne(o, &muts[0], now)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, []uint64{v}, nil
+	}
 	c := newOverlay(s.mem, o)
 	versions := make([]uint64, len(muts))
 	for i := range muts {

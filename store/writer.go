@@ -112,7 +112,11 @@ const maxYields = 4
 // callers — in that order, so a caller that returns sees its own write.
 func (s *Store) commit(group []*request) {
 	now := time.Now().UTC()
-	tx := newOverlay(s.mem, nil)
+	n := 0
+	for _, r := range group {
+		n += len(r.muts)
+	}
+	tx := newOverlaySized(s.mem, nil, n)
 	type staged struct {
 		req      *request
 		versions []uint64
