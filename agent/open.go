@@ -46,7 +46,7 @@ func OpenRuntime(ctx context.Context, o RuntimeOptions) (runtime.Runtime, api.Do
 	var info api.DockerInfo
 	if kind == RuntimeDocker || kind == RuntimeAuto {
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		d, err := docker.New(dctx, docker.Config{AgentID: o.AgentID, DataDir: filepath.Join(o.DataDir, "docker"), Logger: o.Logger})
+		d, err := docker.New(dctx, docker.Config{AgentID: o.AgentID, DataDir: filepath.Join(o.DataDir, "docker")})
 		cancel()
 		if err == nil {
 			v, apiv := d.EngineVersion()
@@ -61,7 +61,7 @@ func OpenRuntime(ctx context.Context, o RuntimeOptions) (runtime.Runtime, api.Do
 	if kind != RuntimeAuto && kind != RuntimeProcess {
 		return nil, info, fmt.Errorf("runtime %q: use docker, process or auto", kind)
 	}
-	p, err := process.New(process.Config{DataDir: filepath.Join(o.DataDir, "jobs"), AgentID: o.AgentID, Logger: o.Logger})
+	p, err := process.New(process.Config{DataDir: filepath.Join(o.DataDir, "jobs"), AgentID: o.AgentID})
 	if err != nil {
 		return nil, info, err
 	}

@@ -15,10 +15,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/moby/moby/client"
-	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"gpud.dev/gpud/agent/runtime"
 )
@@ -49,7 +50,6 @@ type Config struct {
 	Host string
 	// GPUMode chooses how GPUs are handed to containers.
 	GPUMode string
-	Logger  zerolog.Logger
 }
 
 // Runtime runs jobs as Docker containers. It is safe for concurrent use.
@@ -111,13 +111,13 @@ func (r *Runtime) Close() error { return r.cli.Close() }
 
 func (r *Runtime) jobDir(jobID string) string { return filepath.Join(r.cfg.DataDir, jobID) }
 
-// signalName names the signal behind a shell-style exit code (128+n).
+// signalName names the signal behind a shell-style exit code (128+n), as
+// the engine reports only the code.
 func signalName(code int) string {
 	if code <= 128 || code > 128+64 {
 		return ""
 	}
-	names := map[int]string{1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
-	if n, ok := names[code-128]; ok {
+	if n := unix.SignalName(syscall.Signal(code - 128)); n != "" {
 		return n
 	}
 	return "SIG" + strconv.Itoa(code-128)

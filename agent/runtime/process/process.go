@@ -17,8 +17,6 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/rs/zerolog"
-
 	"gpud.dev/gpud/agent/runtime"
 )
 
@@ -41,7 +39,6 @@ type Config struct {
 	// ShimCommand starts the shim; the job directory is appended. Default:
 	// this executable with "agent shim".
 	ShimCommand []string
-	Logger      zerolog.Logger
 }
 
 // Runtime runs jobs as supervised process trees. It is safe for concurrent use.
