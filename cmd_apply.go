@@ -85,7 +85,7 @@ func runApply(c *cli.Context) error {
 			if err != nil {
 				return serverError("apply "+f.path, err, c.App.ErrWriter)
 			}
-			res, line = q, fmt.Sprintf("queue %s: applied (quota %s)", q.Name, amounts(q.Quota))
+			res, line = q, fmt.Sprintf("queue %s: applied (quota gpu/cpu/memory %s)", q.Name, amounts(q.Quota))
 		default:
 			raw, err := cl.ApplyConfig(c.Context, t.Project, f.cfg.Kind, req)
 			if api.IsStatus(err, http.StatusNotFound) || api.IsStatus(err, http.StatusMethodNotAllowed) {

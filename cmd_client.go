@@ -131,3 +131,17 @@ func stdinIsTerminal() bool {
 
 // stderrIsTerminal reports whether a live status line can be redrawn.
 func stderrIsTerminal() bool { return isatty.IsTerminal(os.Stderr.Fd()) }
+
+// humanSize formats a byte count for tables: "512MB", "23.5GB", "1.2TB";
+// Size.String keeps every digit, which suits configurations, not columns.
+func humanSize(s api.Size) string {
+	switch {
+	case s == 0:
+		return "0"
+	case s < api.GB:
+		return fmt.Sprintf("%.4gMB", float64(s)/float64(api.MB))
+	case s < api.TB:
+		return fmt.Sprintf("%.4gGB", float64(s)/float64(api.GB))
+	}
+	return fmt.Sprintf("%.4gTB", float64(s)/float64(api.TB))
+}

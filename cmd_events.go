@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -40,11 +41,45 @@ func eventsCommand() *cli.Command {
 			if c.Bool("json") {
 				return printJSON(c.App.Writer, es)
 			}
+			names := runNames(c, cl, t.Project)
 			tb := newTable(c.App.Writer, "TIME", "KIND", "SUBJECT", "STATUS", "REASON")
 			for _, e := range es {
-				tb.row(e.Time.Local().Format(time.DateTime), e.Kind, e.Subject, e.Status, orDash(e.Reason))
+				tb.row(e.Time.Local().Format(time.DateTime), e.Kind, names.subject(e), e.Status, orDash(e.Reason))
 			}
 			return tb.flush()
 		},
 	}
+}
+
+// runNameIndex maps run ids to names so events read "train-0-0", not ids.
+type runNameIndex map[string]string
+
+// runNames lists the project's runs (finished ones too); on error the
+// table shows ids, which is still correct.
+func runNames(c *cli.Context, cl *api.Client, project string) runNameIndex {
+	runs, err := cl.ListRuns(c.Context, project, true)
+	if err != nil {
+		return nil
+	}
+	idx := runNameIndex{}
+	for _, r := range runs {
+		idx[r.ID] = r.Name
+	}
+	return idx
+}
+
+// subject names a run or job event by the run's name ("<run id>-0-0"
+// becomes "<run name>-0-0"); other subjects are unchanged.
+func (idx runNameIndex) subject(e api.Event) string {
+	if e.Kind != "runs" && e.Kind != "jobs" {
+		return e.Subject
+	}
+	id, rest, _ := strings.Cut(e.Subject, "-")
+	if name, ok := idx[id]; ok {
+		if rest != "" {
+			return name + "-" + rest
+		}
+		return name
+	}
+	return e.Subject
 }

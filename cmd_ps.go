@@ -96,7 +96,7 @@ func printRuns(w io.Writer, runs []api.Run, now time.Time) error {
 func statusText(status, reason, whyPending string) string {
 	switch {
 	case whyPending != "":
-		return status + " (pending: " + whyPending + ")"
+		return status + " — " + whyPending
 	case reason != "" && status != "running":
 		return status + " (" + reason + ")"
 	}
@@ -120,7 +120,7 @@ func jobResources(r api.JobRequest) string {
 		parts = append(parts, fmt.Sprintf("%gcpu", r.CPU))
 	}
 	if r.Memory > 0 {
-		parts = append(parts, r.Memory.String())
+		parts = append(parts, humanSize(r.Memory))
 	}
 	return strings.Join(parts, " ")
 }
@@ -131,13 +131,13 @@ func instanceResources(r api.InstanceResources) string {
 	if r.GPUs > 0 {
 		g := fmt.Sprintf("%g×%s", r.GPUs, orDash(r.GPUName))
 		if r.GPUMemory > 0 {
-			g += ":" + r.GPUMemory.String()
+			g += ":" + humanSize(r.GPUMemory)
 		}
 		parts = append(parts, g)
 	}
-	parts = append(parts, fmt.Sprintf("%gcpu", r.CPUs), r.Memory.String())
+	parts = append(parts, fmt.Sprintf("%gcpu", r.CPUs), humanSize(r.Memory))
 	if r.Disk > 0 {
-		parts = append(parts, "disk "+r.Disk.String())
+		parts = append(parts, "disk "+humanSize(r.Disk))
 	}
 	return strings.Join(parts, " ")
 }

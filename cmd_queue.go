@@ -74,6 +74,7 @@ func printQueues(w io.Writer, qs []api.Queue) error {
 		fmt.Fprintln(w, "no queues")
 		return nil
 	}
+	fmt.Fprintln(w, "amounts are gpu/cpu/memory; usage is decayed gpu-hours/cpu-hours")
 	t := newTable(w, "NAME", "PARENT", "PRIORITY", "QUOTA", "LIMIT", "FAIR SHARE", "ALLOCATED", "USAGE", "PENDING", "RUNNING")
 	for _, q := range qs {
 		t.row(q.Name, orDash(q.Parent), fmt.Sprint(q.Priority), amounts(q.Quota), amounts(q.Limit), amounts(q.FairShare), amounts(q.Allocated), usage(q.Usage), fmt.Sprint(q.Pending), fmt.Sprint(q.Running))
@@ -81,21 +82,22 @@ func printQueues(w io.Writer, qs []api.Queue) error {
 	return t.flush()
 }
 
-// amounts formats queue amounts as "gpu 2, cpu 8, mem 32GB"; -1 is "∞".
+// amounts formats queue amounts as "gpu/cpu/memory", like "2/8/32GB";
+// -1 (no limit) is "∞".
 func amounts(a api.QueueAmounts) string {
 	one := func(v float64, mem bool) string {
 		switch {
 		case v < 0:
 			return "∞"
 		case mem:
-			return api.Size(v).String()
+			return humanSize(api.Size(v))
 		}
 		return fmt.Sprintf("%.3g", v)
 	}
-	return strings.Join([]string{"gpu " + one(a.GPU, false), "cpu " + one(a.CPU, false), "mem " + one(a.Memory, true)}, ", ")
+	return strings.Join([]string{one(a.GPU, false), one(a.CPU, false), one(a.Memory, true)}, "/")
 }
 
-// usage formats decayed historical use in resource-hours.
+// usage formats decayed historical use as "gpu-hours/cpu-hours".
 func usage(a api.QueueAmounts) string {
-	return fmt.Sprintf("%.3g gpu·h, %.3g cpu·h", a.GPU, a.CPU)
+	return fmt.Sprintf("%.3g/%.3g", a.GPU, a.CPU)
 }

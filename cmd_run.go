@@ -232,7 +232,7 @@ func printPlan(w io.Writer, plan api.RunPlan) {
 	fmt.Fprintf(w, " project  %s\n run      %s (%s, %s)\n queue    %s, priority %d\n", r.Project, orDash(r.Name), r.Type, plan.Action, orDash(r.Queue), r.Priority)
 	if len(r.Jobs) > 0 {
 		j := r.Jobs[0].Resources
-		fmt.Fprintf(w, " jobs     %d × %s\n", len(r.Jobs), jobResources(j))
+		fmt.Fprintf(w, " jobs     %d, each %s\n", len(r.Jobs), jobResources(j))
 	}
 	fmt.Fprintln(w)
 	if len(plan.Offers) == 0 {
