@@ -17,7 +17,7 @@ import (
 func TestQueuesShareAndReclaimThroughTheAPI(t *testing.T) {
 	ts := startServer(t, "4xH100:80GB")
 	for _, q := range []string{"qa", "qb"} {
-		cfg := fmt.Sprintf("type: queue\nname: %s\nresources:\n  gpu:\n    quota: 2\n", q)
+		cfg := fmt.Sprintf("type: queue\nname: %s\nquota:\n  gpu: 2\n", q)
 		ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/queues/apply", api.ApplyRequest{ConfigurationYAML: cfg}, nil)
 	}
 	for i := range 5 {

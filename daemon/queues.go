@@ -18,9 +18,7 @@ import (
 // queueSpecOf reads a queue record's configuration; the built-in default
 // queue has none and gets quota 0, no limit, weight 1.
 func queueSpecOf(r store.Record) api.QueueSpec {
-	q := api.QueueSpec{Name: r.Name, Resources: api.QueueResources{
-		GPU: api.QueueQuota{OverQuotaWeight: 1}, CPU: api.QueueQuota{OverQuotaWeight: 1}, Memory: api.MemoryQuota{OverQuotaWeight: 1},
-	}}
+	q := api.QueueSpec{Name: r.Name, OverQuotaWeight: api.QueueWeights{GPU: 1, CPU: 1, Memory: 1}}
 	cs, _ := decodeSpec[configState](r)
 	if len(cs.Config) > 0 {
 		if cfg, err := api.Parse("", cs.Config); err == nil && cfg.Queue != nil {
@@ -41,19 +39,19 @@ func (s *Server) schedQueues() []sched.Queue {
 		if qs.Parent != "" {
 			q.Parent = queueID(r.Project, qs.Parent)
 		}
-		res := qs.Resources
-		q.Quota = sched.Resources{int64(res.GPU.Quota * 1000), int64(res.CPU.Quota * 1000), int64(res.Memory.Quota)}
+		q.Quota = sched.Resources{int64(qs.Quota.GPU * 1000), int64(qs.Quota.CPU * 1000), int64(qs.Quota.Memory)}
 		q.Limit = sched.Resources{sched.Unlimited, sched.Unlimited, sched.Unlimited}
-		if res.GPU.Limit != nil {
-			q.Limit[sched.GPU] = int64(*res.GPU.Limit * 1000)
+		if qs.Limit.GPU != nil {
+			q.Limit[sched.GPU] = int64(*qs.Limit.GPU * 1000)
 		}
-		if res.CPU.Limit != nil {
-			q.Limit[sched.CPU] = int64(*res.CPU.Limit * 1000)
+		if qs.Limit.CPU != nil {
+			q.Limit[sched.CPU] = int64(*qs.Limit.CPU * 1000)
 		}
-		if res.Memory.Limit != nil {
-			q.Limit[sched.Memory] = int64(*res.Memory.Limit)
+		if qs.Limit.Memory != nil {
+			q.Limit[sched.Memory] = int64(*qs.Limit.Memory)
 		}
-		q.OverQuotaWeight = [sched.NumResources]float64{res.GPU.OverQuotaWeight, res.CPU.OverQuotaWeight, res.Memory.OverQuotaWeight}
+		w := qs.OverQuotaWeight
+		q.OverQuotaWeight = [sched.NumResources]float64{w.GPU, w.CPU, w.Memory}
 		if qs.PreemptMinRuntime != nil && !qs.PreemptMinRuntime.Off {
 			d := qs.PreemptMinRuntime.Value
 			q.PreemptMinRuntime = &d
@@ -172,18 +170,17 @@ func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) error
 func (s *Server) queueOut(rec store.Record) api.Queue {
 	qs := queueSpecOf(rec)
 	cs, _ := decodeSpec[configState](rec)
-	res := qs.Resources
 	out := api.Queue{Name: rec.Name, Project: rec.Project, Parent: qs.Parent, Priority: qs.Priority, Configuration: cs.Config,
-		Quota: api.QueueAmounts{GPU: res.GPU.Quota, CPU: res.CPU.Quota, Memory: float64(res.Memory.Quota)},
+		Quota: api.QueueAmounts{GPU: qs.Quota.GPU, CPU: qs.Quota.CPU, Memory: float64(qs.Quota.Memory)},
 		Limit: api.QueueAmounts{GPU: -1, CPU: -1, Memory: -1}}
-	if res.GPU.Limit != nil {
-		out.Limit.GPU = *res.GPU.Limit
+	if qs.Limit.GPU != nil {
+		out.Limit.GPU = *qs.Limit.GPU
 	}
-	if res.CPU.Limit != nil {
-		out.Limit.CPU = *res.CPU.Limit
+	if qs.Limit.CPU != nil {
+		out.Limit.CPU = *qs.Limit.CPU
 	}
-	if res.Memory.Limit != nil {
-		out.Limit.Memory = float64(*res.Memory.Limit)
+	if qs.Limit.Memory != nil {
+		out.Limit.Memory = float64(*qs.Limit.Memory)
 	}
 	s.sharesMu.Lock()
 	share, ok := s.shares[rec.ID]

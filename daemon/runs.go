@@ -174,19 +174,25 @@ func (s *Server) handleStopRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if !finishedRun(run.Status) {
-		reason := "stopped by " + c.name
-		if req.Abort {
-			reason = "aborted by " + c.name
+	reason := "stopped by " + c.name
+	if req.Abort {
+		reason = "aborted by " + c.name
+	}
+	// The reconcilers update runs concurrently: retry on a version conflict.
+	for attempt := 0; !finishedRun(run.Status); attempt++ {
+		_, err := s.store.Apply(r.Context(), s.stopMutations(run, req.Abort, reason)...)
+		if err == nil {
+			break
 		}
-		if _, err := s.store.Apply(r.Context(), s.stopMutations(run, req.Abort, reason)...); err != nil {
-			if errors.Is(err, store.ErrConflict) {
-				return conflict("the run changed meanwhile; try again")
-			}
+		if !errors.Is(err, store.ErrConflict) {
 			return err
+		}
+		if attempt == 20 {
+			return conflict("the run keeps changing; try again")
 		}
 		run, _ = s.store.Runs().Get(run.ID)
 	}
+	run, _ = s.store.Runs().Get(run.ID)
 	writeJSON(w, http.StatusOK, s.runOut(run, s.store.Jobs().ByRun(run.ID)))
 	return nil
 }
