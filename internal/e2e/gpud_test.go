@@ -220,3 +220,39 @@ func startServer(t *testing.T, runtime string) *server {
 	c.must(timeout(t, time.Minute), "login", "--url", url, "--token", token)
 	return &server{url: url, token: token, cli: c}
 }
+
+func TestInterruptWithoutTerminalStopsTheRunAndExitsWithItsCode(t *testing.T) {
+	c := newCLI(t)
+	path := filepath.Join(c.home, "long.yml")
+	task := "type: task\nname: long\ncommands:\n  - echo begin\n  - sleep 120\nresources:\n  disk: 1GB..\n"
+	if err := os.WriteFile(path, []byte(task), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(timeout(t, 2*time.Minute), gpudBin, "run", path)
+	cmd.Dir, cmd.Env = repo, c.env
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Interrupt once the job's output shows it runs.
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "begin" {
+		t.Fatalf("first line %q, %v; want begin\nstderr:\n%s", line, err, errb.String())
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 143 {
+		t.Fatalf("exit %v, want 143 (the job ended by SIGTERM)\nstderr:\n%s", err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "stopping run long") || !strings.Contains(errb.String(), "stopped by") {
+		t.Fatalf("stderr does not say the run was stopped:\n%s", errb.String())
+	}
+}
