@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"gpud.dev/gpud/agent/internal/testimage"
 	"gpud.dev/gpud/agent/runtime"
 	"gpud.dev/gpud/agent/runtime/docker"
 	"gpud.dev/gpud/agent/runtime/process"
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
+	"gpud.dev/gpud/internal/testutil/dockerimage"
 )
 
-func TestMain(m *testing.M) { testimage.Main(m) }
+func TestMain(m *testing.M) { dockerimage.Main(m) }
 
 // target is one runtime under test plus how specs differ for it.
 type target struct {
@@ -49,7 +49,7 @@ func targets() []target {
 		{
 			name: "process",
 			open: func(t *testing.T, dataDir, agentID string) runtime.Runtime {
-				rt, err := process.New(process.Config{DataDir: dataDir, AgentID: agentID, ShimCommand: testimage.ShimCommand()})
+				rt, err := process.New(process.Config{DataDir: dataDir, AgentID: agentID, ShimCommand: dockerimage.ShimCommand()})
 				if err != nil {
 					t.Fatalf("process runtime: %v", err)
 				}
@@ -69,7 +69,7 @@ func jobSpec(t *testing.T, commands ...string) api.JobSpec {
 		return '-'
 	}, strings.ToLower(t.Name()))
 	id = fmt.Sprintf("%s-%d", id[max(0, len(id)-60):], time.Now().UnixNano()%1e6)
-	return api.JobSpec{ID: id, RunName: "test-run", Image: testimage.Ref, Commands: commands}
+	return api.JobSpec{ID: id, RunName: "test-run", Image: dockerimage.Ref, Commands: commands}
 }
 
 // started starts spec and removes the job when the test ends.

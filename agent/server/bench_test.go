@@ -16,9 +16,9 @@ import (
 	"github.com/moby/moby/api/types/container"
 	mobyclient "github.com/moby/moby/client"
 
-	"gpud.dev/gpud/agent/internal/testimage"
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
+	"gpud.dev/gpud/internal/testutil/dockerimage"
 )
 
 // BenchmarkStartToRunning measures, side by side in one run, a bare Docker
@@ -38,7 +38,7 @@ func BenchmarkStartToRunning(b *testing.B) {
 	startBare := func(name string) (string, time.Duration) {
 		t0 := time.Now()
 		c, err := cli.ContainerCreate(ctx, mobyclient.ContainerCreateOptions{Name: "bare-" + name,
-			Config: &container.Config{Image: testimage.Ref, Cmd: []string{"/bin/sh", "-c", "sleep 30"}}})
+			Config: &container.Config{Image: dockerimage.Ref, Cmd: []string{"/bin/sh", "-c", "sleep 30"}}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func BenchmarkStartToRunning(b *testing.B) {
 	}
 	startAgent := func(name string) time.Duration {
 		t0 := time.Now()
-		if _, err := r.cli.Start(ctx, api.JobSpec{ID: name, Image: testimage.Ref, Commands: []string{"sleep 30"}, StopDuration: time.Millisecond}); err != nil {
+		if _, err := r.cli.Start(ctx, api.JobSpec{ID: name, Image: dockerimage.Ref, Commands: []string{"sleep 30"}, StopDuration: time.Millisecond}); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(t0)
@@ -118,7 +118,7 @@ func BenchmarkAgentProcess(b *testing.B) {
 
 	cli := clientFor(b, "http://"+addr)
 	ctx := context.Background()
-	if _, err := cli.Start(ctx, api.JobSpec{ID: "bench-job", Image: testimage.Ref, Commands: []string{"sleep 60"}, StopDuration: time.Millisecond}); err != nil {
+	if _, err := cli.Start(ctx, api.JobSpec{ID: "bench-job", Image: dockerimage.Ref, Commands: []string{"sleep 60"}, StopDuration: time.Millisecond}); err != nil {
 		b.Fatal(err)
 	}
 	defer func() { cli.Stop(ctx, "bench-job"); cli.Wait(ctx, "bench-job"); cli.Remove(ctx, "bench-job") }()

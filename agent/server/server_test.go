@@ -17,16 +17,16 @@ import (
 	"gpud.dev/gpud/agent"
 	"gpud.dev/gpud/agent/client"
 	"gpud.dev/gpud/agent/gpu"
-	"gpud.dev/gpud/agent/internal/testimage"
 	"gpud.dev/gpud/agent/runtime"
 	"gpud.dev/gpud/agent/runtime/docker"
 	"gpud.dev/gpud/agent/runtime/process"
 	"gpud.dev/gpud/agent/server"
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
+	"gpud.dev/gpud/internal/testutil/dockerimage"
 )
 
-func TestMain(m *testing.M) { testimage.Main(m) }
+func TestMain(m *testing.M) { dockerimage.Main(m) }
 
 const token = "test-token"
 
@@ -59,7 +59,7 @@ func (h host) start(t testing.TB) *running {
 		v, apiv := d.EngineVersion()
 		rt, dockerInfo = d, api.DockerInfo{Usable: true, Version: v, APIVersion: apiv}
 	default:
-		p, err := process.New(process.Config{DataDir: h.dataDir + "/jobs", AgentID: h.agentID, ShimCommand: testimage.ShimCommand()})
+		p, err := process.New(process.Config{DataDir: h.dataDir + "/jobs", AgentID: h.agentID, ShimCommand: dockerimage.ShimCommand()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func newHost(t testing.TB, kind string) host {
 }
 
 func spec(t *testing.T, id string, commands ...string) api.JobSpec {
-	return api.JobSpec{ID: id, RunName: "run-" + id, Image: testimage.Ref, Commands: commands, StopDuration: 2 * time.Second}
+	return api.JobSpec{ID: id, RunName: "run-" + id, Image: dockerimage.Ref, Commands: commands, StopDuration: 2 * time.Second}
 }
 
 func removeAll(t *testing.T, c *client.Client) {

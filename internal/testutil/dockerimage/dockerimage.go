@@ -1,11 +1,11 @@
-// Package testimage builds the container image the agent's tests run: a
-// rootfs holding only the host's static busybox (from the busybox-static
-// package) with a symlink per applet, imported into the engine with
-// `docker import` semantics. No registry is needed.
+// Package dockerimage builds the container image that the tests of the
+// agent and the server run: a rootfs holding only the host's static busybox
+// (from the busybox-static package) with a symlink per applet, imported
+// into the engine with `docker import` semantics. No registry is needed.
 //
 // It is imported only by tests and benchmarks; it must not import daemon,
 // store, sched, plugins or proxy.
-package testimage
+package dockerimage
 
 import (
 	"archive/tar"

@@ -1,4 +1,4 @@
-package testimage
+package dockerimage
 
 import (
 	"context"
