@@ -77,19 +77,34 @@ func runAttach(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("attach %s: %w", name, err)
 	}
+	locals := localPorts(run)
 	for _, p := range job.Ports {
 		if p.Host == 0 {
 			continue
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Container)))
-		if err != nil {
-			return fmt.Errorf("attach %s: port %d: %w", name, p.Container, err)
-		}
 		target := net.JoinHostPort(host, strconv.Itoa(p.Host))
-		fmt.Fprintf(c.App.Writer, "port %d: localhost:%d -> %s\n", p.Container, p.Container, target)
+		local, ok := locals[p.Container]
+		if !ok {
+			local = p.Container
+		}
+		if isLoopback(host) && local == p.Host {
+			fmt.Fprintf(c.App.Writer, "port %d: already on localhost:%d (the job runs on this machine)\n", p.Container, local)
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(local)))
+		if err != nil {
+			// Taken here: any free port serves as well; say which.
+			if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				return fmt.Errorf("attach %s: port %d: %w", name, p.Container, err)
+			}
+		}
+		fmt.Fprintf(c.App.Writer, "port %d: localhost:%d -> %s\n", p.Container, l.Addr().(*net.TCPAddr).Port, target)
 		g.goRun(func() error {
 			return portfwd.TCP(ctx, l, target, func(err error) { fmt.Fprintf(c.App.ErrWriter, "gpud: %v\n", err) })
 		})
+	}
+	if g.n == 0 {
+		return nil
 	}
 	fmt.Fprintln(c.App.Writer, "forwarding; Ctrl-C to detach")
 	return g.wait()
@@ -102,6 +117,38 @@ func servicePort(run api.Run) int {
 		return cfg.Service.Port.Container
 	}
 	return 8000
+}
+
+// localPorts maps each container port of a task or dev environment to
+// the local port its configuration asks for ("8080:80" -> 80: 8080).
+func localPorts(run api.Run) map[int]int {
+	out := map[int]int{}
+	cfg, err := api.Parse("", run.Configuration)
+	if err != nil {
+		return out
+	}
+	var ports []api.PortMapping
+	switch {
+	case cfg.Task != nil:
+		ports = cfg.Task.Ports
+	case cfg.DevEnvironment != nil:
+		ports = cfg.DevEnvironment.Ports
+	}
+	for _, p := range ports {
+		if p.Local > 0 {
+			out[p.Container] = p.Local
+		}
+	}
+	return out
+}
+
+// isLoopback reports whether host names this machine's loopback.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // instanceAddress is where a job's published ports are reached: the
