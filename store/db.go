@@ -52,7 +52,8 @@ type Store struct {
 	quit       chan struct{}
 	writerDone chan struct{}
 	closeMu    sync.RWMutex
-	commitMu   sync.Mutex // held by the writer while a commit reaches file and memory; Check takes it
+	commitMu   sync.Mutex // held from a batch's hand-off to the committer until memory has it; Check takes it
+	nextSeq    uint64     // the writer's last assigned commit sequence number
 	closed     bool
 
 	stats struct {

@@ -13,6 +13,9 @@ import (
 // callers; a single Apply larger than this still commits alone, atomically.
 const maxGroup = 20000
 
+// maxYields bounds how often the writer yields waiting for more callers.
+const maxYields = 4
+
 type request struct {
 	ctx  context.Context
 	muts []Mutation
@@ -27,10 +30,12 @@ type response struct {
 // Apply commits muts atomically and returns once the transaction holding
 // them is fsynced: either every mutation of the call is committed or none.
 // Calls from many goroutines are grouped into one transaction (group commit);
-// a call that fails (a *ConflictError, ErrExists, an invalid record) fails
-// alone and does not affect the others of its group. Once Apply has handed
-// the call to the writer it waits for the outcome even if ctx ends, so a
-// nil error always means durable and an error always means not applied.
+// a call that fails a check (a *ConflictError, ErrExists, an invalid record)
+// fails alone and does not affect the others of its group. If writing a
+// transaction fails (a disk error), its calls fail, and so do the calls
+// already staged on top of it. Once Apply has handed the call to the writer
+// it waits for the outcome even if ctx ends, so a nil error always means
+// durable and an error always means not applied.
 func (s *Store) Apply(ctx context.Context, muts ...Mutation) (Result, error) {
 	if len(muts) == 0 {
 		return Result{}, nil
@@ -52,140 +57,209 @@ func (s *Store) Apply(ctx context.Context, muts ...Mutation) (Result, error) {
 	return r.res, r.err
 }
 
-// runWriter is the single writer goroutine: it takes the first waiting
-// call, gathers every other call already queued (up to maxGroup
-// mutations), and commits them in one bbolt transaction.
+// batch is one group of calls staged for one transaction.
+type batch struct {
+	tx   *overlay
+	ok   []staged
+	n    int // mutations staged
+	now  time.Time
+	seq  uint64
+	err  error         // set by the committer
+	done chan struct{} // closed by the committer
+}
+
+type staged struct {
+	req      *request
+	versions []uint64
+}
+
+func (s *Store) newBatch(parent *batch) *batch {
+	b := &batch{now: time.Now().UTC(), done: make(chan struct{})}
+	var p *overlay
+	if parent != nil {
+		p = parent.tx
+	}
+	b.tx = newOverlaySized(s.mem, p, 64)
+	return b
+}
+
+// add stages one call into b, or answers it at once if it fails a check.
+func (s *Store) add(b *batch, r *request) {
+	if err := r.ctx.Err(); err != nil {
+		r.done <- response{err: fmt.Errorf("apply: %w", err)}
+		return
+	}
+	c, versions, err := s.stage(b.tx, r.muts, b.now)
+	if err != nil {
+		r.done <- response{err: err}
+		return
+	}
+	b.tx.merge(c)
+	b.ok = append(b.ok, staged{r, versions})
+	b.n += len(r.muts)
+}
+
+// runWriter is the single writer goroutine. It stages calls into a batch
+// while the previous batch is being written and fsynced by runCommitter
+// (so staging costs no commit latency), hands the batch over as soon as the
+// previous one is durable, then applies that one to memory, publishes its
+// changes and releases its callers. With no commit in flight it gathers the
+// calls queued now, yielding briefly so that callers just released can join.
 func (s *Store) runWriter() {
 	defer close(s.writerDone)
+	commits := make(chan *batch)
+	go s.runCommitter(commits)
+	defer close(commits)
+	var inflight *batch
+	closing := false
 	for {
-		var first *request
-		select {
-		case first = <-s.reqs:
-		case <-s.quit:
-			// Close has stopped new calls; commit those already queued.
-			for {
-				select {
-				case r := <-s.reqs:
-					s.commit([]*request{r})
-				default:
-					return
+		next := s.newBatch(inflight)
+	accumulate:
+		for {
+			if inflight == nil {
+				if len(next.ok) == 0 && next.n == 0 {
+					select {
+					case r := <-s.reqs:
+						s.add(next, r)
+						continue
+					default:
+					}
+					if closing {
+						return
+					}
+					select {
+					case r := <-s.reqs:
+						s.add(next, r)
+					case <-s.quit:
+						closing = true // commit what is queued, then stop
+					}
+					continue
 				}
+				s.gather(next)
+				break accumulate
+			}
+			reqs := s.reqs
+			if next.n >= maxGroup {
+				reqs = nil
+			}
+			select {
+			case r := <-reqs:
+				s.add(next, r)
+			case <-inflight.done:
+				s.finish(inflight)
+				if inflight.err != nil {
+					fail(next, fmt.Errorf("an earlier transaction failed: %w", inflight.err))
+					next = s.newBatch(nil)
+				} else {
+					next.tx.parent = nil // memory now holds what the parent staged
+				}
+				inflight = nil
 			}
 		}
-		s.commit(s.gather(first))
+		if len(next.tx.order) == 0 {
+			s.finish(next) // nothing to write: identical puts, deletes of nothing
+			continue
+		}
+		s.commitMu.Lock() // held until finish: Check never sees file and memory apart
+		s.nextSeq++
+		next.seq = s.nextSeq
+		commits <- next
+		inflight = next
 	}
 }
 
-// gather collects the calls queued behind first. Callers released by the
-// previous commit are usually about to submit again; yielding the processor
-// while new calls keep arriving lets them join this group instead of the
-// next, which keeps groups full rather than alternating big and small. With
-// a single caller nothing arrives and the yield costs nothing.
-func (s *Store) gather(first *request) []*request {
-	group := []*request{first}
-	n := len(first.muts)
-	for yields := 0; n < maxGroup; {
+// gather stages the calls queued now. Callers released by the previous
+// commit are usually about to submit again; yielding while calls keep
+// arriving lets them join this batch instead of the next, which keeps
+// batches full rather than alternating big and small. With a single caller
+// nothing arrives and the yield costs nothing.
+func (s *Store) gather(b *batch) {
+	for yields := 0; b.n < maxGroup; {
 		select {
 		case r := <-s.reqs:
-			group = append(group, r)
-			n += len(r.muts)
+			s.add(b, r)
 			continue
 		default:
 		}
 		if yields == maxYields {
-			break
+			return
 		}
 		yields++
 		runtime.Gosched()
 		if len(s.reqs) == 0 && yields > 1 {
-			break // two yields brought nobody: the callers are not coming back now
+			return // two yields brought nobody: the callers are not coming back now
 		}
 	}
-	return group
 }
 
-// maxYields bounds how often gather yields waiting for more callers.
-const maxYields = 4
+// runCommitter writes each batch in one bbolt transaction (bbolt fsyncs the
+// data pages, then the meta page) and reports through batch.done.
+func (s *Store) runCommitter(commits <-chan *batch) {
+	for b := range commits {
+		if err := s.write(b.tx); err != nil {
+			b.err = fmt.Errorf("commit: %w", err)
+		} else {
+			s.stats.commits.Add(1)
+		}
+		close(b.done)
+	}
+}
 
-// commit stages each call of the group, writes the survivors in one
-// transaction, then updates memory, publishes the changes and releases the
-// callers — in that order, so a caller that returns sees its own write.
-func (s *Store) commit(group []*request) {
-	now := time.Now().UTC()
-	n := 0
-	for _, r := range group {
-		n += len(r.muts)
+// finish makes a written batch visible: memory first, then the change
+// feed, then the callers, so a caller that returns reads its own write.
+func (s *Store) finish(b *batch) {
+	written := len(b.tx.order) > 0
+	if written {
+		defer s.commitMu.Unlock()
 	}
-	tx := newOverlaySized(s.mem, nil, n)
-	type staged struct {
-		req      *request
-		versions []uint64
-	}
-	ok := make([]staged, 0, len(group))
-	for _, r := range group {
-		if err := r.ctx.Err(); err != nil {
-			r.done <- response{err: fmt.Errorf("apply: %w", err)}
-			continue
+	if b.err != nil {
+		if written {
+			s.nextSeq = s.mem.seq // the failed sequence number is reused
 		}
-		c, versions, err := s.stage(tx, r.muts, now)
-		if err != nil {
-			r.done <- response{err: err}
-			continue
-		}
-		tx.merge(c)
-		ok = append(ok, staged{r, versions})
-	}
-	if len(ok) == 0 {
+		fail(b, b.err)
 		return
 	}
-	s.commitMu.Lock()
+	s.stats.mutations.Add(uint64(len(b.ok)))
 	seq := s.mem.seq
-	if len(tx.order) > 0 {
-		seq++
-		if err := s.write(tx); err != nil {
-			err = fmt.Errorf("commit: %w", err)
-			s.commitMu.Unlock()
-			for _, st := range ok {
-				st.req.done <- response{err: err}
+	if written {
+		seq = b.seq
+		s.mem.mu.Lock()
+		for _, k := range b.tx.order {
+			e := b.tx.entries[k]
+			switch {
+			case k.kind == KindKV && e.kv != nil:
+				s.mem.kv[k.id] = *e.kv
+			case k.kind == KindKV:
+				delete(s.mem.kv, k.id)
+			case e.rec != nil:
+				s.mem.tables[k.kind].put(e.rec)
+			default:
+				s.mem.tables[k.kind].remove(k.id)
 			}
-			return
 		}
-		s.stats.commits.Add(1)
-	}
-	s.stats.mutations.Add(uint64(len(ok)))
-	s.mem.mu.Lock()
-	for _, k := range tx.order {
-		e := tx.entries[k]
-		switch {
-		case k.kind == KindKV && e.kv != nil:
-			s.mem.kv[k.id] = *e.kv
-		case k.kind == KindKV:
-			delete(s.mem.kv, k.id)
-		case e.rec != nil:
-			s.mem.tables[k.kind].put(e.rec)
-		default:
-			s.mem.tables[k.kind].remove(k.id)
+		s.mem.seq = seq
+		s.mem.mu.Unlock()
+		if len(b.tx.changes) > 0 {
+			s.feed.publish(seq, b.tx.changes)
 		}
 	}
-	s.mem.seq = seq
-	s.mem.mu.Unlock()
-	s.commitMu.Unlock()
-	if len(tx.changes) > 0 {
-		s.feed.publish(seq, tx.changes)
-	}
-	for _, st := range ok {
+	for _, st := range b.ok {
 		st.req.done <- response{res: Result{Seq: seq, Versions: st.versions}}
 	}
 }
 
-// write puts the staged entries into one bbolt transaction and commits it
-// (bbolt fsyncs the data pages, then the meta page).
+func fail(b *batch, err error) {
+	for _, st := range b.ok {
+		st.req.done <- response{err: err}
+	}
+}
+
+// write puts the staged entries into one bbolt transaction and commits it.
 func (s *Store) write(tx *overlay) error {
 	return s.db.Update(func(btx *bbolt.Tx) error {
 		for _, k := range tx.order {
 			e := tx.entries[k]
-			name := []byte(k.kind)
-			b := btx.Bucket(name)
+			b := btx.Bucket([]byte(k.kind))
 			if b == nil {
 				return fmt.Errorf("bucket %q missing", k.kind)
 			}
