@@ -83,7 +83,8 @@ type localAgent struct {
 	close func() error
 }
 
-// startLocalAgent opens the runtime (Docker if reachable, else processes,
+// startLocalAgent opens the runtime (Docker for jobs with an image and
+// processes for image-less ones when Docker is reachable, else processes,
 // logged), the agent and its API, and registers the host as an instance
 // of the local fleet.
 func (s *Server) startLocalAgent(ctx context.Context) error {
@@ -91,7 +92,7 @@ func (s *Server) startLocalAgent(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("local agent: %w", err)
 	}
-	rt, dinfo, err := agent.OpenRuntime(ctx, agent.RuntimeOptions{Kind: s.opts.Runtime, DataDir: dir, AgentID: "local", Logger: s.log})
+	rt, dinfo, err := s.openLocalRuntime(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("local agent runtime: %w", err)
 	}

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"gpud.dev/gpud/agent/runtime/process"
 	"gpud.dev/gpud/api"
 )
@@ -36,10 +34,22 @@ type testServer struct {
 
 func startServer(t testing.TB, fakeGPUs string) *testServer {
 	t.Helper()
-	srv, err := New(context.Background(), Options{
-		DataDir: t.TempDir(), Listen: "127.0.0.1:0", FakeGPUs: fakeGPUs, Runtime: "process",
-		ResyncInterval: 2 * time.Second, Logger: zerolog.Nop(),
-	})
+	return startServerWith(t, Options{FakeGPUs: fakeGPUs, Runtime: "process"})
+}
+
+// startServerWith starts a server with opts in a temporary directory
+// (listening on a free loopback port, resyncing every 2s; the zero Logger
+// drops logs).
+func startServerWith(t testing.TB, opts Options) *testServer {
+	t.Helper()
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	opts.Listen = "127.0.0.1:0"
+	if opts.ResyncInterval == 0 {
+		opts.ResyncInterval = 2 * time.Second
+	}
+	srv, err := New(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}
