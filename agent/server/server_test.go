@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	mobyclient "github.com/moby/moby/client"
 	"github.com/rs/zerolog"
 
 	"gpud.dev/gpud/agent"
@@ -36,6 +37,8 @@ type host struct {
 	kind    string
 	dataDir string
 	agentID string
+	// dockerOpts are extra engine client options (benchmarks time calls).
+	dockerOpts []mobyclient.Opt
 }
 
 type running struct {
@@ -52,7 +55,7 @@ func (h host) start(t testing.TB) *running {
 	var dockerInfo api.DockerInfo
 	switch h.kind {
 	case "docker":
-		d, err := docker.New(ctx, docker.Config{DataDir: h.dataDir + "/docker", AgentID: h.agentID})
+		d, err := docker.New(ctx, docker.Config{DataDir: h.dataDir + "/docker", AgentID: h.agentID, ClientOptions: h.dockerOpts})
 		if err != nil {
 			t.Fatal(err)
 		}

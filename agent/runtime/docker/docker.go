@@ -50,6 +50,9 @@ type Config struct {
 	Host string
 	// GPUMode chooses how GPUs are handed to containers.
 	GPUMode string
+	// ClientOptions are appended to the engine client's defaults (TLS,
+	// tracing, request hooks for latency accounting).
+	ClientOptions []client.Opt
 }
 
 // Runtime runs jobs as Docker containers. It is safe for concurrent use.
@@ -79,6 +82,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.Host != "" {
 		opts = append(opts, client.WithHost(cfg.Host))
 	}
+	opts = append(opts, cfg.ClientOptions...)
 	cli, err := client.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("docker runtime: client: %w", err)
