@@ -244,14 +244,15 @@ func (d *decoder) entries(n ast.Node, path, what string) ([]keyValue, bool) {
 		return nil, false
 	}
 	out := make([]keyValue, 0, len(values))
+	merged := false
 	for _, mv := range values {
 		if mv == nil || mv.Key == nil {
 			continue
 		}
 		if mv.Key.IsMergeKey() {
-			merged, ok := d.entries(mv.Value, path, "a mapping to merge")
+			base, ok := d.entries(mv.Value, path, "a mapping to merge")
 			if ok {
-				out = append(merged, out...)
+				out, merged = append(base, out...), true
 			}
 			continue
 		}
@@ -266,7 +267,10 @@ func (d *decoder) entries(n ast.Node, path, what string) ([]keyValue, bool) {
 		}
 		out = append(out, keyValue{key: name, keyN: mv.Key, value: mv.Value})
 	}
-	// Later keys override merged ones.
+	if !merged {
+		return out, true // the YAML parser already rejects duplicate keys
+	}
+	// Keys written in the mapping override merged ones.
 	seen := make(map[string]int, len(out))
 	dedup := out[:0]
 	for _, kv := range out {
