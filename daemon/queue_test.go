@@ -95,3 +95,33 @@ func TestQueuesShareAndReclaimThroughTheAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestParentWithoutQuotaDeservesItsChildrensQuotas: a grouping queue with
+// no quota of its own deserves the sum of its children's quotas (as in
+// `gpud sim`), so a non-preemptible run in a child with quota starts, and
+// one beyond the child's quota waits with a reason.
+func TestParentWithoutQuotaDeservesItsChildrensQuotas(t *testing.T) {
+	ts := startServer(t, "4xH100:80GB")
+	for _, cfg := range []string{
+		"type: queue\nname: org\n",
+		"type: queue\nname: team\nparent: org\nquota:\n  gpu: 2\n  cpu: 64\n  memory: 64GB\n",
+	} {
+		ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/queues/apply", api.ApplyRequest{ConfigurationYAML: cfg}, nil)
+	}
+	for i, gpus := range []int{2, 1} {
+		cfg := sleepTask(fmt.Sprintf("np%d", i), "team", gpus) + "preemptible: false\n"
+		ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(cfg), nil)
+	}
+	testutil.Eventually(t, 30*time.Second, func() error {
+		var in, over api.Run
+		ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/runs/np0", nil, &in)
+		ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/runs/np1", nil, &over)
+		if in.Status != "running" {
+			return fmt.Errorf("np0 (within the quota) is %s: %s", in.Status, in.WhyPending)
+		}
+		if over.Status != "pending" || over.WhyPending == "" {
+			return fmt.Errorf("np1 (beyond the quota) is %s, why pending %q", over.Status, over.WhyPending)
+		}
+		return nil
+	})
+}

@@ -64,6 +64,21 @@ func (s *Server) schedQueues() []sched.Queue {
 		ids = append(ids, r.ID)
 	}
 	sort.Strings(ids)
+	// A parent deserves, per resource it sets no quota for, the sum of its
+	// children's quotas, as in `gpud sim`: else a plain grouping queue
+	// would deserve nothing and non-preemptible runs below it never start.
+	for _, q := range byID {
+		p, ok := byID[q.Parent]
+		if q.Parent == "" || !ok {
+			continue
+		}
+		for r := range p.Quota {
+			if p.Quota[r] == 0 {
+				p.Quota[r] = sched.FromChildren
+			}
+		}
+		byID[q.Parent] = p
+	}
 	var out []sched.Queue
 	done := map[string]bool{}
 	var add func(id string, depth int)
