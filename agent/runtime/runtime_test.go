@@ -139,6 +139,7 @@ func TestRuntimes(t *testing.T) {
 		{"stop sends SIGTERM and lets the job exit gracefully", testStopGraceful},
 		{"stop sends SIGKILL when the grace period runs out", testStopKill},
 		{"a published port is reachable from the host", testPort},
+		{"with the host network the job binds host ports itself", testHostNetwork},
 		{"a memory limit is enforced and reported as an OOM kill", testOOM},
 		{"user and working directory apply to the job", testUserWorkdir},
 		{"a new runtime instance adopts running and ended jobs", testAdopt},
@@ -289,6 +290,26 @@ func testPort(t *testing.T, tg target, rt runtime.Runtime) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		if strings.TrimSpace(string(b)) != "hello-from-job" {
+			return fmt.Errorf("body %q", b)
+		}
+		return nil
+	})
+}
+
+func testHostNetwork(t *testing.T, tg target, rt runtime.Runtime) {
+	port := testutil.FreePort(t)
+	spec := jobSpec(t, "mkdir -p www", "echo on-host-network > www/index.html", fmt.Sprintf("exec busybox httpd -f -p 127.0.0.1:%d -h www", port))
+	spec.WorkingDir, spec.HostNetwork = tg.workDir(t), true
+	spec.Ports = []api.JobPort{{Container: port, Host: port}}
+	started(t, rt, spec)
+	testutil.Eventually(t, 20*time.Second, func() error {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", port))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if strings.TrimSpace(string(b)) != "on-host-network" {
 			return fmt.Errorf("body %q", b)
 		}
 		return nil
