@@ -120,16 +120,35 @@ func (s *Store) stage(o *overlay, muts []Mutation, now time.Time) (*overlay, []u
 		}
 		return nil, []uint64{v}, nil
 	}
+	if len(o.order) == 0 && len(o.changes) == 0 {
+		// The first call of a batch (a scheduler plan, typically) stages
+		// straight into o; if it fails, o is emptied again.
+		versions, err := s.stageAll(o, muts, now)
+		if err != nil {
+			clear(o.entries)
+			o.order, o.changes = o.order[:0], nil
+			return nil, nil, err
+		}
+		return nil, versions, nil
+	}
 	c := newOverlay(s.mem, o)
+	versions, err := s.stageAll(c, muts, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, versions, nil
+}
+
+func (s *Store) stageAll(c *overlay, muts []Mutation, now time.Time) ([]uint64, error) {
 	versions := make([]uint64, len(muts))
 	for i := range muts {
 		v, err := s.stageOne(c, &muts[i], now)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		versions[i] = v
 	}
-	return c, versions, nil
+	return versions, nil
 }
 
 func (s *Store) stageOne(c *overlay, m *Mutation, now time.Time) (uint64, error) {
