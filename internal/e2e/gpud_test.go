@@ -51,12 +51,12 @@ type result struct {
 // into a temporary directory, and no GPUD_SERVER/GPUD_TOKEN leak in from
 // the environment, so "no server configured" means exactly that.
 type cli struct {
-	t    *testing.T
+	t    testing.TB
 	home string
 	env  []string
 }
 
-func newCLI(t *testing.T) *cli {
+func newCLI(t testing.TB) *cli {
 	// Not t.TempDir(): its long name would push the local agent's unix
 	// socket path past the kernel's 108-byte limit.
 	home, err := os.MkdirTemp("", "gpud-e2e-")
@@ -95,7 +95,7 @@ func (c *cli) must(ctx context.Context, args ...string) result {
 	return r
 }
 
-func timeout(t *testing.T, d time.Duration) context.Context {
+func timeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
