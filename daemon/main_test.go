@@ -16,10 +16,14 @@ import (
 )
 
 // TestMain lets the test binary act as the process runtime's shim, which
-// the runtime starts as "<executable> agent shim <dir>".
+// the runtime starts as "<executable> agent shim <dir>", and as a server
+// process for the restart test (serveForTest).
 func TestMain(m *testing.M) {
 	if len(os.Args) == 4 && os.Args[1] == "agent" && os.Args[2] == "shim" {
 		os.Exit(process.RunShim(os.Args[3]))
+	}
+	if dir := os.Getenv(envServeDir); dir != "" {
+		os.Exit(serveForTest(dir, os.Getenv(envServeListen)))
 	}
 	os.Exit(m.Run())
 }
