@@ -23,7 +23,7 @@ func applyCommand() *cli.Command {
 			"replaced only with --force.",
 		Flags: clientFlags(
 			&cli.BoolFlag{Name: "force", Usage: "replace active runs of the same name"},
-			jsonFlag,
+			jsonFlag(),
 		),
 		Action: runApply,
 	}

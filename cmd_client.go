@@ -25,8 +25,9 @@ func clientFlags(extra ...cli.Flag) []cli.Flag {
 	}, extra...)
 }
 
-// jsonFlag is the --json flag of every command that prints a listing.
-var jsonFlag = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+// jsonFlag returns the --json flag of every command that prints a listing
+// (a new one each time: urfave/cli records parse state in the flag value).
+func jsonFlag() cli.Flag { return &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"} }
 
 // resolveTarget reads the client config and picks the server and project.
 func resolveTarget(c *cli.Context) (clientconf.Target, error) {

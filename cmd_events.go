@@ -19,7 +19,7 @@ func eventsCommand() *cli.Command {
 		Flags: clientFlags(
 			&cli.StringFlag{Name: "after", Usage: "only events after this event id"},
 			&cli.IntFlag{Name: "limit", Usage: "at most this many project events (default: the server's)"},
-			jsonFlag,
+			jsonFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {

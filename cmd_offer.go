@@ -17,7 +17,7 @@ func offerCommand() *cli.Command {
 			&cli.StringFlag{Name: "gpu", Usage: "GPUs, as in a configuration: H100:2, A100:40GB:1..2, 0.5"},
 			&cli.StringFlag{Name: "cpu", Usage: "CPU cores: 4, 4.."},
 			&cli.StringFlag{Name: "memory", Usage: "memory: 16GB.."},
-			jsonFlag,
+			jsonFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			cl, t, err := connect(c)

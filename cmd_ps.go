@@ -20,7 +20,7 @@ func psCommand() *cli.Command {
 		Flags: clientFlags(
 			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include finished runs"},
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "redraw every second until Ctrl-C"},
-			jsonFlag,
+			jsonFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			cl, t, err := connect(c)

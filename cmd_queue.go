@@ -19,7 +19,7 @@ func queueCommand() *cli.Command {
 			{
 				Name:  "list",
 				Usage: "list the project's queues: quota, limit, fair share, allocated, usage, pending and running jobs",
-				Flags: clientFlags(jsonFlag),
+				Flags: clientFlags(jsonFlag()),
 				Action: func(c *cli.Context) error {
 					cl, t, err := connect(c)
 					if err != nil {
@@ -39,7 +39,7 @@ func queueCommand() *cli.Command {
 				Name:      "apply",
 				Usage:     "create or update queues from type: queue files (same as gpud apply)",
 				ArgsUsage: "FILE...",
-				Flags:     clientFlags(jsonFlag),
+				Flags:     clientFlags(jsonFlag()),
 				Action:    runApply,
 			},
 			{

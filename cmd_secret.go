@@ -49,7 +49,7 @@ func secretCommand() *cli.Command {
 				Name:      "get",
 				Usage:     "print a secret's value (managers and admins)",
 				ArgsUsage: "NAME",
-				Flags:     clientFlags(jsonFlag),
+				Flags:     clientFlags(jsonFlag()),
 				Action: func(c *cli.Context) error {
 					name, err := oneArg(c, "name")
 					if err != nil {
@@ -75,7 +75,7 @@ func secretCommand() *cli.Command {
 			{
 				Name:  "list",
 				Usage: "list secret names (never values)",
-				Flags: clientFlags(jsonFlag),
+				Flags: clientFlags(jsonFlag()),
 				Action: func(c *cli.Context) error {
 					cl, t, err := connect(c)
 					if err != nil {
