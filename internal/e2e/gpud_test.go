@@ -169,15 +169,17 @@ type server struct {
 	cli        *cli
 }
 
-// startServer runs gpud serve on a free port with the given runtime and
-// logs the client in with the admin token it prints once.
-func startServer(t *testing.T, runtime string) *server {
+// startServer runs gpud serve on a free port with the given runtime (and
+// extra serve flags) and logs the client in with the admin token it
+// prints once.
+func startServer(t *testing.T, runtime string, extra ...string) *server {
 	t.Helper()
 	c := newCLI(t)
 	port := testutil.FreePort(t)
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, gpudBin, "serve", "--data-dir", filepath.Join(c.home, "server"), "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--runtime", runtime)
+	args := append([]string{"serve", "--data-dir", filepath.Join(c.home, "server"), "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--runtime", runtime}, extra...)
+	cmd := exec.CommandContext(ctx, gpudBin, args...)
 	cmd.Env = c.env
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 10 * time.Second

@@ -100,7 +100,7 @@ func TestServeLoginApplyPsLogsStopWithDocker(t *testing.T) {
 	ctx := timeout(t, 3*time.Minute)
 	dir := s.cli.home
 
-	queue := writeConfig(t, dir, "queue.yml", "type: queue\nname: research\nresources:\n  cpu:\n    quota: 2\n")
+	queue := writeConfig(t, dir, "queue.yml", "type: queue\nname: research\nquota:\n  cpu: 2\n")
 	task := writeConfig(t, dir, "sleeper.yml", fmt.Sprintf(`type: task
 name: sleeper
 image: %s
