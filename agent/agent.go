@@ -154,16 +154,28 @@ func (a *Agent) watch(j *job) {
 		a.mu.Lock()
 		h := j.rec.Handle
 		a.mu.Unlock()
-		exit, err := a.rt.Wait(a.ctx, h)
-		switch {
-		case a.ctx.Err() != nil:
-			return // the agent is closing; the next one re-adopts the job
-		case errors.Is(err, runtime.ErrExitUnknown):
-			a.finish(j, runtime.Exit{Code: -1, FinishedAt: time.Now()}, api.ExitLost, err.Error(), false)
-		case err != nil:
-			a.finish(j, runtime.Exit{Code: -1, FinishedAt: time.Now()}, api.ExitLost, err.Error(), false)
-		default:
-			a.finish(j, exit, "", "", false)
+		backoff := time.Second
+		for {
+			exit, err := a.rt.Wait(a.ctx, h)
+			switch {
+			case a.ctx.Err() != nil:
+				return // the agent is closing; the next one re-adopts the job
+			case errors.Is(err, runtime.ErrExitUnknown):
+				a.finish(j, runtime.Exit{Code: -1, FinishedAt: time.Now()}, api.ExitLost, err.Error(), false)
+				return
+			case err == nil:
+				a.finish(j, exit, "", "", false)
+				return
+			}
+			// The runtime is unreachable (an engine restart): the job may
+			// well still run, so wait again instead of declaring it lost.
+			a.log.Warn().Err(err).Str("job", h.JobID).Dur("retry_in", backoff).Msg("cannot watch job")
+			select {
+			case <-time.After(backoff):
+			case <-a.ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, 30*time.Second)
 		}
 	}()
 }

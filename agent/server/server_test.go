@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -427,5 +429,51 @@ func TestAPIOverAUnixSocket(t *testing.T) {
 	h, err := c.Host(ctx)
 	if err != nil || h.Runtime != "process" {
 		t.Fatalf("host over unix socket = %+v, %v", h, err)
+	}
+}
+
+// TestAJobWhoseExitWasNotRecordedIsLost removes what held the exit status:
+// a container deleted while the agent was down, or a shim killed while
+// its job ran.
+func TestAJobWhoseExitWasNotRecordedIsLost(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			h := newHost(t, kind)
+			r := h.start(t)
+			ctx := context.Background()
+			st, err := r.cli.Start(ctx, spec(t, "doomed", "sleep 2"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			whileDown := kind == "docker"
+			if whileDown {
+				r.stop()
+				cli, err := mobyclient.New(mobyclient.FromEnv, mobyclient.WithAPIVersionNegotiation())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cli.Close()
+				if _, err := cli.ContainerRemove(ctx, st.Handle, mobyclient.ContainerRemoveOptions{Force: true}); err != nil {
+					t.Fatal(err)
+				}
+				r = h.start(t)
+			} else {
+				pid, err := strconv.Atoi(strings.Split(st.Handle, ":")[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil { // the shim, not the job
+					t.Fatal(err)
+				}
+			}
+			removeAll(t, r.cli)
+			st, err = r.cli.Wait(ctx, "doomed")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.State != api.JobFailed || st.Reason != api.ExitLost || st.EndedWhileAgentDown != whileDown {
+				t.Fatalf("status = %+v, want failed/lost", st)
+			}
+		})
 	}
 }

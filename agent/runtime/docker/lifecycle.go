@@ -21,11 +21,17 @@ func (r *Runtime) Wait(ctx context.Context, h runtime.Handle) (runtime.Exit, err
 	select {
 	case <-w.Result:
 	case err := <-w.Error:
+		if cerrdefs.IsNotFound(err) {
+			return runtime.Exit{}, fmt.Errorf("job %s: container removed: %w", h.JobID, runtime.ErrExitUnknown)
+		}
 		return runtime.Exit{}, fmt.Errorf("job %s: wait: %w", h.JobID, err)
 	case <-ctx.Done():
 		return runtime.Exit{}, ctx.Err()
 	}
 	ins, err := r.cli.ContainerInspect(ctx, h.ID, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return runtime.Exit{}, fmt.Errorf("job %s: container removed: %w", h.JobID, runtime.ErrExitUnknown)
+	}
 	if err != nil {
 		return runtime.Exit{}, fmt.Errorf("job %s: inspect after exit: %w", h.JobID, err)
 	}
