@@ -31,6 +31,9 @@ func (s *Server) feedLoop(ctx context.Context) {
 				s.resync(ctx)
 				continue
 			}
+			if ch.Deleted {
+				s.specs.forget(ch.Kind, ch.Record.ID)
+			}
 			switch ch.Kind {
 			case store.KindJob:
 				if !ch.Deleted {

@@ -291,7 +291,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 
 // runOut is the API view of a run and its jobs.
 func (s *Server) runOut(run store.Record, jobs []store.Record) api.Run {
-	st, _ := decodeSpec[runState](run)
+	st := cachedSpecOf[runState](&s.specs, run)
 	out := api.Run{
 		ID: run.ID, Name: run.Name, Project: run.Project, User: run.User, Type: st.Type, Status: run.Status,
 		Reason: run.Reason, Queue: strings.TrimPrefix(run.Queue, run.Project+"/"), Priority: st.Priority,
@@ -303,7 +303,7 @@ func (s *Server) runOut(run store.Record, jobs []store.Record) api.Run {
 	}
 	sort.Slice(jobs, func(i, j int) bool { return jobs[i].ID < jobs[j].ID })
 	for _, j := range jobs {
-		js, _ := decodeSpec[jobState](j)
+		js := cachedSpecOf[jobState](&s.specs, j)
 		if js.Attempt != st.Attempt {
 			continue
 		}

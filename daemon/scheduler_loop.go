@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -91,10 +92,10 @@ func (s *Server) cycle(ctx context.Context) error {
 			if j.Status != store.JobSubmitted || j.Instance != "" {
 				continue
 			}
-			js, _ := decodeSpec[jobState](j)
-			if js.WhyPending == why {
+			if cachedSpecOf[jobState](&s.specs, j).WhyPending == why {
 				continue
 			}
+			js, _ := decodeSpec[jobState](j)
 			js.WhyPending = why
 			j.Spec = encodeSpec(js)
 			muts = append(muts, store.Update(j))
@@ -177,7 +178,7 @@ func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 		return runs[i].ID < runs[j].ID
 	})
 	for _, run := range runs {
-		rs, _ := decodeSpec[runState](run)
+		rs := cachedSpecOf[runState](&s.specs, run)
 		jobs := byRun[run.ID]
 		sort.Slice(jobs, func(a, b int) bool { return jobs[a].ID < jobs[b].ID })
 		// A service's replicas are scheduled one by one; a task's nodes
@@ -196,13 +197,13 @@ func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 			}
 			sj := sched.Job{Name: name, Queue: run.Queue, Priority: rs.Priority, Preemptible: rs.Preemptible, MinMembers: min(max(rs.MinNodes, 1), len(g))}
 			for _, j := range g {
-				js, _ := decodeSpec[jobState](j)
+				js := cachedSpecOf[jobState](&s.specs, j)
 				t := sched.Task{GPU: js.Request.GPU, GPUName: gpuModel(js.Request.GPUName), GPUMemory: js.Request.GPUMemory, CPU: js.Request.CPU, Memory: js.Request.Memory}
 				switch {
 				case j.Status == store.JobTerminating:
-					t.Status, t.Node, t.Devices = sched.Releasing, j.Instance, js.Devices
+					t.Status, t.Node, t.Devices = sched.Releasing, j.Instance, slices.Clone(js.Devices)
 				case j.Instance != "":
-					t.Status, t.Node, t.Devices = sched.Running, j.Instance, js.Devices
+					t.Status, t.Node, t.Devices = sched.Running, j.Instance, slices.Clone(js.Devices)
 					t.Runtime = now.Sub(js.BoundAt)
 				}
 				sj.Tasks = append(sj.Tasks, t)

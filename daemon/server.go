@@ -70,6 +70,8 @@ type Server struct {
 	schedWake chan struct{}
 	sharesMu  sync.Mutex
 	shares    map[string]sched.QueueShare
+	// specs caches decoded run and job specs for hot reads.
+	specs specCache
 
 	ctx    context.Context
 	cancel context.CancelFunc
