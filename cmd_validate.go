@@ -19,7 +19,7 @@ func validateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "validate",
 		Usage:     "check configurations and print each normalized, with defaults filled in",
-		ArgsUsage: "FILE...",
+		ArgsUsage: "FILE... (- reads standard input)",
 		Description: "Reads dstack-style configurations (task, service, dev-environment, fleet, volume,\n" +
 			"gateway) and gpud queues. Every error is printed with file:line:col, the source line and\n" +
 			"a fix. Exit code 1 when any file is invalid, 2 for a wrong command line.",
@@ -28,7 +28,7 @@ func validateCommand() *cli.Command {
 			&cli.StringFlag{Name: "profile", Usage: "merge the named profile of .gpud/profiles.yml or .dstack/profiles.yml into runs (default: the profile marked default: true)"},
 		},
 		Action: func(c *cli.Context) error {
-			return runValidate(c.Args().Slice(), c.Bool("json"), c.String("profile"), c.App.Writer, c.App.ErrWriter)
+			return runValidate(c.Args().Slice(), c.Bool("json"), c.String("profile"), c.App.Reader, c.App.Writer, c.App.ErrWriter)
 		},
 	}
 }
@@ -36,7 +36,7 @@ func validateCommand() *cli.Command {
 // runValidate validates each file; it returns a usage error for a wrong
 // command line and an exit-1 error when any file is invalid, after printing
 // every error of every file.
-func runValidate(files []string, asJSON bool, profileName string, stdout, stderr io.Writer) error {
+func runValidate(files []string, asJSON bool, profileName string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(files) == 0 {
 		return usageError(errors.New("validate: give at least one configuration file, like gpud validate task.yml"))
 	}
@@ -51,7 +51,7 @@ func runValidate(files []string, asJSON bool, profileName string, stdout, stderr
 	}
 	invalid := 0
 	for _, path := range files {
-		cfg, err := api.ParseFile(path, api.WithProfile(profile))
+		cfg, err := parseArg(path, stdin, profile)
 		if err != nil {
 			invalid++
 			fmt.Fprintln(stderr, err.Error())
@@ -65,6 +65,18 @@ func runValidate(files []string, asJSON bool, profileName string, stdout, stderr
 		return cli.Exit(fmt.Sprintf("gpud validate: %d of %d files are invalid", invalid, len(files)), exitInvalidInput)
 	}
 	return nil
+}
+
+// parseArg parses the file at path, or standard input for "-".
+func parseArg(path string, stdin io.Reader, profile *api.Profile) (*api.Config, error) {
+	if path != "-" {
+		return api.ParseFile(path, api.WithProfile(profile))
+	}
+	data, err := io.ReadAll(io.LimitReader(stdin, 8<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read standard input: %w", err)
+	}
+	return api.Parse("<stdin>", data, api.WithProfile(profile))
 }
 
 // selectProfile loads profiles from the working directory, then the home

@@ -101,3 +101,19 @@ func TestValidateMergesTheDefaultProfileFromTheWorkingDirectory(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateReadsStandardInputForDash(t *testing.T) {
+	var first, stderr bytes.Buffer
+	if code := run([]string{"gpud", "validate", "--json", "testdata/configs/fleet-ssh.yml"}, &first, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	app := newApp(new(bytes.Buffer), &stderr)
+	var second bytes.Buffer
+	app.Reader, app.Writer = bytes.NewReader(first.Bytes()), &second
+	if err := app.Run([]string{"gpud", "validate", "--json", "-"}); err != nil {
+		t.Fatalf("validate - : %v (%s)", err, stderr.String())
+	}
+	if first.String() != second.String() {
+		t.Fatalf("--json piped back through validate - changed:\n%s\n%s", first.String(), second.String())
+	}
+}
