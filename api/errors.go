@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -126,4 +127,23 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// splitFix splits a value error "what is wrong: how to fix it" into its
+// two parts, skipping a leading quoted value or ${{ }} expression, which
+// may itself hold ": ".
+func splitFix(err error) (msg, fix string) {
+	s := err.Error()
+	start := 0
+	if q, qerr := strconv.QuotedPrefix(s); qerr == nil {
+		start = len(q)
+	} else if strings.HasPrefix(s, "${{") {
+		if i := strings.Index(s, "}}"); i >= 0 {
+			start = i + 2
+		}
+	}
+	if i := strings.Index(s[start:], ": "); i >= 0 {
+		return s[:start+i], s[start+i+2:]
+	}
+	return s, ""
 }

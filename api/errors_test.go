@@ -78,3 +78,18 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitFixKeepsQuotedValuesWhole(t *testing.T) {
+	tests := []struct{ in, msg, fix string }{
+		{`"a: b" is not a size: write 24GB`, `"a: b" is not a size`, "write 24GB"},
+		{`"16..8": cpu must be a count`, `"16..8"`, "cpu must be a count"},
+		{`${{ a: b }} uses an unknown namespace "a": use env`, `${{ a: b }} uses an unknown namespace "a"`, "use env"},
+		{"no fix here", "no fix here", ""},
+	}
+	for _, tt := range tests {
+		msg, fix := splitFix(errors.New(tt.in))
+		if msg != tt.msg || fix != tt.fix {
+			t.Errorf("splitFix(%q) = %q, %q; want %q, %q", tt.in, msg, fix, tt.msg, tt.fix)
+		}
+	}
+}

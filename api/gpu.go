@@ -290,7 +290,7 @@ func (d *decoder) gpu(n ast.Node, path string) (GPUSpec, bool) {
 		g.Count = Exact(1)
 	}
 	if err := g.check(); err != nil {
-		msg, fix, _ := strings.Cut(err.Error(), ": ")
+		msg, fix := splitFix(err)
 		d.errorAt(n, path, msg, fix)
 		return g, false
 	}

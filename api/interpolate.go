@@ -163,6 +163,6 @@ func (d *decoder) checkInterpolation(n ast.Node, path, s string) {
 	if tk := n.GetToken(); tk != nil && strings.TrimSpace(tk.Origin) == s {
 		col += strings.Index(s, "${{")
 	}
-	msg, fix, _ := strings.Cut(err.Error(), ": ")
+	msg, fix := splitFix(err)
 	d.add(line, col, path, msg, fix)
 }

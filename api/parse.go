@@ -531,10 +531,7 @@ func value[T any](d *decoder, n ast.Node, path string, parse func(string) (T, er
 	}
 	v, err := parse(s)
 	if err != nil {
-		msg, fix, _ := strings.Cut(err.Error(), ": ")
-		if fix == "" {
-			msg, fix = err.Error(), ""
-		}
+		msg, fix := splitFix(err)
 		d.errorAt(n, path, msg, fix)
 		return zero, false
 	}

@@ -70,7 +70,7 @@ func (d *decoder) env(n ast.Node, path string) Env {
 	seen := map[string]bool{}
 	addVar := func(at ast.Node, p string, v EnvVar) {
 		if err := checkEnvName(v.Name); err != nil {
-			msg, fix, _ := strings.Cut(err.Error(), ": ")
+			msg, fix := splitFix(err)
 			d.errorAt(at, p, msg, fix)
 			return
 		}
