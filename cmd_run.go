@@ -60,7 +60,7 @@ func runRun(c *cli.Context) error {
 	defer cancel()
 	sess := &runSession{out: c.App.Writer, errw: c.App.ErrWriter, project: target.Project, assumeYes: c.Bool("yes")}
 	if target.Embedded {
-		stop, err := sess.startEmbedded(ctx, c, cfg.Run().Image == "")
+		stop, err := sess.startEmbedded(ctx, c)
 		if err != nil {
 			return err
 		}
@@ -136,10 +136,10 @@ type runSession struct {
 }
 
 // startEmbedded starts the in-process server and local agent; the returned
-// function shuts it down. A run without an image gets the process runtime
-// (its commands run on this machine, as no image means nothing to run them
-// in); a run with one gets Docker when it is reachable.
-func (s *runSession) startEmbedded(ctx context.Context, c *cli.Context, imageless bool) (func(), error) {
+// function shuts it down. The local agent runs a run without an image as
+// processes on this machine and one with an image in Docker when Docker is
+// reachable (the daemon's choice, named on the first line gpud prints).
+func (s *runSession) startEmbedded(ctx context.Context, c *cli.Context) (func(), error) {
 	home, err := clientconf.Home(os.Getenv)
 	if err != nil {
 		return nil, err
@@ -149,11 +149,7 @@ func (s *runSession) startEmbedded(ctx context.Context, c *cli.Context, imageles
 		// The embedded server's routine logs would drown the job's output.
 		logger = logger.Level(zerolog.WarnLevel)
 	}
-	opts := daemon.EmbeddedOptions{DataDir: filepath.Join(home, "server"), Logger: logger}
-	if imageless {
-		opts.Runtime = "process"
-	}
-	srv, url, token, err := daemon.StartEmbedded(ctx, opts)
+	srv, url, token, err := daemon.StartEmbedded(ctx, daemon.EmbeddedOptions{DataDir: filepath.Join(home, "server"), Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("start the embedded server: %w", err)
 	}

@@ -161,6 +161,9 @@ func (s *runSession) finish(ctx context.Context, name string) error {
 			if code == 0 {
 				return nil
 			}
+			if code < 0 || code > 255 {
+				code = 1 // a job that never started (-1) has no code of its own
+			}
 			return cli.Exit(fmt.Sprintf("gpud: run %s %s: %s", name, run.Status, orDash(run.Reason)), code)
 		}
 		if time.Now().After(deadline) {

@@ -14,10 +14,7 @@ type EmbeddedOptions struct {
 	DataDir string
 	// FakeGPUs gives the local agent a fake inventory (tests).
 	FakeGPUs string
-	// Runtime forces the local agent's runtime ("docker" or "process");
-	// empty means Docker if reachable, else processes.
-	Runtime string
-	Logger  zerolog.Logger
+	Logger   zerolog.Logger
 }
 
 // StartEmbedded starts a server on 127.0.0.1:0 with an in-process local
@@ -30,7 +27,6 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Server, string, 
 		DataDir:          opts.DataDir,
 		Listen:           "127.0.0.1:0",
 		FakeGPUs:         opts.FakeGPUs,
-		Runtime:          opts.Runtime,
 		RotateAdminToken: true,
 		Logger:           opts.Logger,
 	})
