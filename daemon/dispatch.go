@@ -81,8 +81,8 @@ func (s *Server) dispatch(id string) {
 
 func (s *Server) runJob(ctx context.Context, id string) {
 	j, err := s.store.Jobs().Get(id)
-	if err != nil || j.Status != store.JobProvisioning {
-		return
+	if err != nil || j.Status != store.JobProvisioning || s.startupBlocked(j) {
+		return // the first running node of its run dispatches it again
 	}
 	link := s.agents.get(j.Instance)
 	if link == nil || link.client == nil {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
 )
 
@@ -36,6 +37,9 @@ func (s *Server) feedLoop(ctx context.Context) {
 			}
 			switch ch.Kind {
 			case store.KindJob:
+				if !ch.Deleted && ch.Record.Status == store.JobRunning {
+					s.startWaiting(ch.Record.Run)
+				}
 				if !ch.Deleted {
 					s.actOnJob(ch.Record)
 					s.reconcileRun(ctx, ch.Record.Run)
@@ -132,10 +136,22 @@ func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation
 	for _, s := range []string{store.JobDone, store.JobFailed, store.JobTerminated, store.JobAborted} {
 		final += counts[s]
 	}
+	if final < len(jobs) {
+		if muts := s.masterDone(run, st, jobs); muts != nil {
+			return muts
+		}
+	}
 	status, reason := run.Status, run.Reason
 	switch {
 	case len(jobs) > 0 && final == len(jobs):
 		switch {
+		case st.StopCriteria == api.StopMasterDone && !st.Stop:
+			// jobs are sorted by id, which ends in replica and rank: the
+			// master is the first job.
+			status, reason = store.RunDone, "the master node exited with code 0 (stop_criteria: master-done)"
+			if jobs[0].Status != store.JobDone {
+				status, reason = store.RunFailed, "the master node "+jobs[0].Reason
+			}
 		case st.Stop:
 			status = store.RunTerminated
 		case evicted:

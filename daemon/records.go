@@ -37,6 +37,13 @@ type runState struct {
 	StopDuration time.Duration `json:"stop_duration,omitempty"`
 	// FirstFailedAt starts the retry duration window.
 	FirstFailedAt time.Time `json:"first_failed_at,omitzero"`
+	// StartupOrder and StopCriteria are a multi-node task's (api.Startup*,
+	// api.Stop*); empty means any order and all-done.
+	StartupOrder string `json:"startup_order,omitempty"`
+	StopCriteria string `json:"stop_criteria,omitempty"`
+	// MasterDone is set when stop_criteria master-done stopped the
+	// workers because the master (node rank 0) ended.
+	MasterDone bool `json:"master_done,omitempty"`
 }
 
 // jobState is what the server keeps in a job record's Spec.

@@ -98,6 +98,12 @@ func (s *Server) buildRun(project, user string, req api.ApplyRunRequest, cfg *ap
 			st.RetryFor = spec.Retry.Duration.Value
 		}
 	}
+	if cfg.Task != nil && cfg.Task.StartupOrder != api.StartupAny {
+		st.StartupOrder = cfg.Task.StartupOrder
+	}
+	if cfg.Task != nil && cfg.Task.StopCriteria == api.StopMasterDone {
+		st.StopCriteria = cfg.Task.StopCriteria
+	}
 	secrets := s.secretValues(project)
 	nodes := jobLayout(cfg)
 	st.MinNodes = len(nodes)
