@@ -88,6 +88,13 @@ func (s *Server) handleApplyRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	unlock := s.names.lock(project + "/" + sub.run.Name)
 	defer unlock()
+	if run, ok, err := s.applyPriorityInPlace(sub, c.name); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, s.runOut(run, s.store.Jobs().ByRun(run.ID)))
+		return nil
+	}
 	muts, active, err := s.checkNameFree(project, sub.run.Name, req.Force)
 	if err != nil {
 		return err
