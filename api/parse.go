@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -292,6 +293,29 @@ type fields map[string]func(n ast.Node, path string)
 // known key. It returns the keys that have a non-null value, each with its
 // value node (errors about a value point at it); nil when n is not a mapping.
 func (d *decoder) object(n ast.Node, path, what string, fs fields) map[string]ast.Node {
+	return d.objectWith(n, path, what, func(key string, v ast.Node, p string) bool {
+		f, ok := fs[key]
+		if ok {
+			f(v, p)
+		}
+		return ok
+	}, fs.names)
+}
+
+// names lists the keys of fs, sorted.
+func (fs fields) names() []string {
+	names := make([]string, 0, len(fs))
+	for k := range fs {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// objectWith is object with the fields given as a decode function (a
+// switch, for mappings decoded many times per file): decode reports false
+// for a key it does not know, and names lists the keys it knows.
+func (d *decoder) objectWith(n ast.Node, path, what string, decode func(key string, v ast.Node, p string) bool, names func() []string) map[string]ast.Node {
 	kvs, ok := d.entries(n, path, what)
 	if !ok {
 		return nil
@@ -299,30 +323,22 @@ func (d *decoder) object(n ast.Node, path, what string, fs fields) map[string]as
 	present := make(map[string]ast.Node, len(kvs))
 	for _, kv := range kvs {
 		p := join(path, kv.key)
-		f, known := fs[kv.key]
-		if !known {
-			d.unknownField(kv, path, p, fs)
+		if !decode(kv.key, kv.value, p) {
+			d.unknownField(kv, path, p, names())
 			continue
 		}
 		// A null value counts as absent; errors about a value point at it.
 		if r := d.resolveQuiet(kv.value); r != nil && !isNull(r) && kv.value.GetToken() != nil {
 			present[kv.key] = kv.value
 		}
-		f(kv.value, p)
 	}
 	return present
 }
 
-func (d *decoder) unknownField(kv keyValue, parent, path string, fs fields) {
-	names := make([]string, 0, len(fs))
-	for k := range fs {
-		names = append(names, k)
-	}
-	sort.Strings(names)
+func (d *decoder) unknownField(kv keyValue, parent, path string, names []string) {
 	fix := ""
-	_, hasResources := fs["resources"]
 	switch {
-	case hasResources && isResourceKey(kv.key):
+	case slices.Contains(names, "resources") && isResourceKey(kv.key):
 		fix = fmt.Sprintf("%s belongs under resources: indent it below `resources:`", kv.key)
 	default:
 		if s := suggest(kv.key, names); s != "" {

@@ -61,24 +61,37 @@ func (r *Resources) setDefaults() {
 	}
 }
 
-// resources reads a resources mapping.
+// resources reads a resources mapping. It is decoded once per job shape
+// (replica groups, node groups), so its fields are a switch, not a map.
 func (d *decoder) resources(n ast.Node, path string) Resources {
 	var r Resources
-	d.object(n, path, "resources", fields{
-		"cpu":      func(n ast.Node, p string) { r.CPU, _ = d.cpu(n, p) },
-		"memory":   func(n ast.Node, p string) { r.Memory, _ = d.sizeRange(n, p) },
-		"shm_size": func(n ast.Node, p string) { r.SHMSize, _ = d.size(n, p) },
-		"gpu":      func(n ast.Node, p string) { r.GPU, _ = d.gpu(n, p) },
-		"disk": func(n ast.Node, p string) {
+	d.objectWith(n, path, "resources", func(key string, n ast.Node, p string) bool {
+		switch key {
+		case "cpu":
+			r.CPU, _ = d.cpu(n, p)
+		case "memory":
+			r.Memory, _ = d.sizeRange(n, p)
+		case "shm_size":
+			r.SHMSize, _ = d.size(n, p)
+		case "gpu":
+			r.GPU, _ = d.gpu(n, p)
+		case "disk":
 			if d.isMap(n) {
-				d.object(n, p, "a disk spec", fields{
-					"size": func(n ast.Node, p string) { r.Disk.Size, _ = d.sizeRange(n, p) },
-				})
-				return
+				d.objectWith(n, p, "a disk spec", func(key string, n ast.Node, p string) bool {
+					if key != "size" {
+						return false
+					}
+					r.Disk.Size, _ = d.sizeRange(n, p)
+					return true
+				}, func() []string { return []string{"size"} })
+				break
 			}
 			r.Disk.Size, _ = d.sizeRange(n, p)
-		},
-	})
+		default:
+			return false
+		}
+		return true
+	}, func() []string { return []string{"cpu", "disk", "gpu", "memory", "shm_size"} })
 	return r
 }
 

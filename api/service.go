@@ -218,29 +218,9 @@ func (d *decoder) replicas(n ast.Node, path string) Replicas {
 	for i, it := range items {
 		p := index(path, i)
 		g := ReplicaGroup{Count: Exact(1)}
-		present := d.object(it, p, "a replica group", fields{
-			"name":     func(n ast.Node, p string) { g.Name, _ = value(d, n, p, checkName) },
-			"count":    func(n ast.Node, p string) { g.Count, _ = d.countRange(n, p) },
-			"image":    func(n ast.Node, p string) { g.Image, _ = d.str(n, p) },
-			"python":   func(n ast.Node, p string) { g.Python, _ = d.oneOf(n, p, "3.9", "3.10", "3.11", "3.12", "3.13") },
-			"nvcc":     func(n ast.Node, p string) { g.Nvcc, _ = d.boolean(n, p) },
-			"docker":   func(n ast.Node, p string) { g.Docker, _ = d.boolean(n, p) },
-			"env":      func(n ast.Node, p string) { g.Env = d.env(n, p) },
-			"commands": func(n ast.Node, p string) { g.Commands = d.strList(n, p) },
-			"resources": func(n ast.Node, p string) {
-				r := d.resources(n, p)
-				g.Resources = &r
-			},
-			"scaling": func(n ast.Node, p string) { g.Scaling = d.scaling(n, p) },
-			"router": func(n ast.Node, p string) {
-				rt := &Router{}
-				pr := d.object(n, p, "a router", fields{
-					"type": func(n ast.Node, p string) { rt.Type, _ = d.str(n, p) },
-				})
-				d.require(pr, n, p, "type", "name the router, like sglang or dynamo")
-				g.Router = rt
-			},
-		})
+		present := d.objectWith(it, p, "a replica group", func(key string, n ast.Node, p string) bool {
+			return d.replicaGroupField(&g, key, n, p)
+		}, replicaGroupKeys)
 		if present == nil {
 			continue
 		}
@@ -255,15 +235,71 @@ func (d *decoder) replicas(n ast.Node, path string) Replicas {
 	return out
 }
 
+// replicaGroupField decodes one field of a replica group; a switch, since
+// a service may have many groups.
+func (d *decoder) replicaGroupField(g *ReplicaGroup, key string, n ast.Node, p string) bool {
+	switch key {
+	case "name":
+		g.Name, _ = value(d, n, p, checkName)
+	case "count":
+		g.Count, _ = d.countRange(n, p)
+	case "image":
+		g.Image, _ = d.str(n, p)
+	case "python":
+		g.Python, _ = d.oneOf(n, p, "3.9", "3.10", "3.11", "3.12", "3.13")
+	case "nvcc":
+		g.Nvcc, _ = d.boolean(n, p)
+	case "docker":
+		g.Docker, _ = d.boolean(n, p)
+	case "env":
+		g.Env = d.env(n, p)
+	case "commands":
+		g.Commands = d.strList(n, p)
+	case "resources":
+		r := d.resources(n, p)
+		g.Resources = &r
+	case "scaling":
+		g.Scaling = d.scaling(n, p)
+	case "router":
+		rt := &Router{}
+		pr := d.objectWith(n, p, "a router", func(key string, n ast.Node, p string) bool {
+			if key != "type" {
+				return false
+			}
+			rt.Type, _ = d.str(n, p)
+			return true
+		}, func() []string { return []string{"type"} })
+		d.require(pr, n, p, "type", "name the router, like sglang or dynamo")
+		g.Router = rt
+	default:
+		return false
+	}
+	return true
+}
+
+func replicaGroupKeys() []string {
+	return []string{"commands", "count", "docker", "env", "image", "name", "nvcc", "python", "resources", "router", "scaling"}
+}
+
 func (d *decoder) scaling(n ast.Node, path string) *Scaling {
 	s := &Scaling{Metric: "rps"}
-	present := d.object(n, path, "scaling rules", fields{
-		"metric":           func(n ast.Node, p string) { s.Metric, _ = d.oneOf(n, p, "rps") },
-		"target":           func(n ast.Node, p string) { s.Target, _ = d.number(n, p) },
-		"window":           func(n ast.Node, p string) { s.Window = d.duration(n, p, false) },
-		"scale_up_delay":   func(n ast.Node, p string) { s.ScaleUpDelay = d.duration(n, p, false) },
-		"scale_down_delay": func(n ast.Node, p string) { s.ScaleDownDelay = d.duration(n, p, false) },
-	})
+	present := d.objectWith(n, path, "scaling rules", func(key string, n ast.Node, p string) bool {
+		switch key {
+		case "metric":
+			s.Metric, _ = d.oneOf(n, p, "rps")
+		case "target":
+			s.Target, _ = d.number(n, p)
+		case "window":
+			s.Window = d.duration(n, p, false)
+		case "scale_up_delay":
+			s.ScaleUpDelay = d.duration(n, p, false)
+		case "scale_down_delay":
+			s.ScaleDownDelay = d.duration(n, p, false)
+		default:
+			return false
+		}
+		return true
+	}, func() []string { return []string{"metric", "scale_down_delay", "scale_up_delay", "target", "window"} })
 	d.require(present, n, path, "target", "add the requests per second one replica should get, like `target: 10`")
 	if present != nil && s.Target == 0 {
 		if _, ok := present["target"]; ok {
