@@ -60,6 +60,9 @@ func runRun(c *cli.Context) error {
 	defer cancel()
 	sess := &runSession{out: c.App.Writer, errw: c.App.ErrWriter, project: target.Project, assumeYes: c.Bool("yes")}
 	if target.Embedded {
+		if p := target.Project; p != daemon.DefaultProject {
+			return usageError(fmt.Errorf("run: --project %s: the embedded server (no server configured) has only project %s", p, daemon.DefaultProject))
+		}
 		stop, err := sess.startEmbedded(ctx, c)
 		if err != nil {
 			return err

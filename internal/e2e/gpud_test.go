@@ -114,6 +114,8 @@ func TestRunOnEmbeddedDefault(t *testing.T) {
 			wantStderr: []string{"no server configured", "process runtime"}},
 		{name: "a failing task's exit code is gpud's", args: []string{"run", "testdata/fail.yml"}, wantCode: 3,
 			wantStdout: []string{"about to fail"}, wantStderr: []string{"run fail failed"}},
+		{name: "the embedded server has only project main", args: []string{"run", "-p", "research", "testdata/hello.yml"},
+			wantCode: 2, wantStderr: []string{"only project main"}},
 		{name: "two files are a usage error", args: []string{"run", "testdata/hello.yml", "testdata/fail.yml"},
 			wantCode: 2, wantStderr: []string{"give exactly one file"}},
 	}

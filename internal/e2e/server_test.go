@@ -223,3 +223,40 @@ resources:
 		t.Fatalf("secret get printed %q, want v1", r.stdout)
 	}
 }
+
+func TestLoginAndEnvironmentPickTheServer(t *testing.T) {
+	s := startServer(t, "process")
+	ctx := timeout(t, time.Minute)
+	config := filepath.Join(s.cli.home, ".gpud", "config.yml")
+	before, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.cli.run(ctx, "login", "--url", s.url, "--token", "wrong", "--name", "other"); r.code != 1 || !strings.Contains(r.stderr, "unauthorized") {
+		t.Fatalf("login with a wrong token: exit %d, stderr %q; want exit 1 saying unauthorized", r.code, r.stderr)
+	}
+	if after, _ := os.ReadFile(config); !bytes.Equal(before, after) {
+		t.Fatalf("a failed login changed the config file:\n%s", after)
+	}
+
+	fresh := newCLI(t) // no config file at all
+	tests := []struct {
+		name     string
+		env      []string
+		wantCode int
+		wantOut  string
+	}{
+		{"GPUD_SERVER and GPUD_TOKEN without a config file", []string{"GPUD_SERVER=" + s.url, "GPUD_TOKEN=" + s.token}, 0, "[]"},
+		{"GPUD_SERVER with a wrong token", []string{"GPUD_SERVER=" + s.url, "GPUD_TOKEN=nope"}, 1, ""},
+		{"a project the user cannot see", []string{"GPUD_SERVER=" + s.url, "GPUD_TOKEN=" + s.token, "GPUD_PROJECT=nosuch"}, 1, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &cli{t: t, home: fresh.home, env: append(append([]string(nil), fresh.env...), tt.env...)}
+			r := c.run(ctx, "ps", "--json")
+			if r.code != tt.wantCode || !strings.Contains(r.stdout, tt.wantOut) {
+				t.Fatalf("exit %d (want %d), stdout %q (want %q), stderr %q", r.code, tt.wantCode, r.stdout, tt.wantOut, r.stderr)
+			}
+		})
+	}
+}
