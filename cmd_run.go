@@ -48,7 +48,7 @@ func runRun(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg, source, err := loadRunConfig(path, c.String("profile"), c.App.ErrWriter)
+	cfg, source, profiled, err := loadRunConfig(path, c.String("profile"), c.App.ErrWriter)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func runRun(c *cli.Context) error {
 		Name:         c.String("name"),
 		Force:        c.Bool("force"),
 	}
-	if cfg.Run() != nil && hasProfile(c) {
+	if profiled {
 		// A merged profile exists only client-side: send the normalized spec.
 		if req.Configuration, err = cfg.MarshalJSON(); err != nil {
 			return err
@@ -95,38 +95,33 @@ func runRun(c *cli.Context) error {
 	return sess.follow(ctx, run.Name)
 }
 
-// hasProfile reports whether a profile may have been merged into the run.
-func hasProfile(c *cli.Context) bool {
-	p, err := selectProfile(c.String("profile"))
-	return err == nil && p != nil
-}
-
 // loadRunConfig parses the file and checks it is a run; errors are printed
-// with their positions and mapped to exit code 1.
-func loadRunConfig(path, profileName string, stderr io.Writer) (*api.Config, []byte, error) {
+// with their positions and mapped to exit code 1. profiled reports whether
+// a profile was merged into it (then only the parsed spec carries it).
+func loadRunConfig(path, profileName string, stderr io.Writer) (cfg *api.Config, source []byte, profiled bool, err error) {
 	profile, err := selectProfile(profileName)
 	if err != nil {
-		return nil, nil, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
+		return nil, nil, false, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
 	}
-	source, err := os.ReadFile(path)
+	source, err = os.ReadFile(path)
 	if err != nil {
-		return nil, nil, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
+		return nil, nil, false, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
 	}
-	cfg, err := api.Parse(path, source, api.WithProfile(profile))
+	cfg, err = api.Parse(path, source, api.WithProfile(profile))
 	if err != nil {
 		var el api.ErrorList
 		if errors.As(err, &el) {
 			for _, e := range el {
 				fmt.Fprintln(stderr, e.Detail())
 			}
-			return nil, nil, cli.Exit(fmt.Sprintf("gpud run: %s is invalid", path), exitInvalidInput)
+			return nil, nil, false, cli.Exit(fmt.Sprintf("gpud run: %s is invalid", path), exitInvalidInput)
 		}
-		return nil, nil, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
+		return nil, nil, false, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
 	}
 	if cfg.Run() == nil {
-		return nil, nil, cli.Exit(fmt.Sprintf("gpud run: %s is a %s, not a task, service or dev-environment — use gpud apply %s", path, cfg.Kind, path), exitInvalidInput)
+		return nil, nil, false, cli.Exit(fmt.Sprintf("gpud run: %s is a %s, not a task, service or dev-environment — use gpud apply %s", path, cfg.Kind, path), exitInvalidInput)
 	}
-	return cfg, source, nil
+	return cfg, source, profile != nil, nil
 }
 
 // runSession is one `gpud run`: where it submits and how it talks to the user.
