@@ -208,3 +208,20 @@ func TestNewClientRejectsBadURLs(t *testing.T) {
 		}
 	}
 }
+
+func TestClientEnvSendsOnlyWhatTheConfigurationRefersTo(t *testing.T) {
+	src := []byte("type: task\nenv:\n  - HF_TOKEN\n  - MODE=fast\n  - UNSET_ONE\ncommands:\n  - echo ${{ env.WANDB_KEY }} ${{ secrets.S }}\n")
+	cfg, err := Parse("t.yml", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := map[string]string{"HF_TOKEN": "hf", "WANDB_KEY": "wb", "MODE": "slow", "HOME": "/root", "S": "not-a-secret"}
+	got := ClientEnv(cfg, src, func(k string) (string, bool) { v, ok := client[k]; return v, ok })
+	want := map[string]string{"HF_TOKEN": "hf", "WANDB_KEY": "wb"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("ClientEnv = %v, want %v (valued entries, secrets, unset and unrelated variables stay out)", got, want)
+	}
+	if env := ClientEnv(cfg, []byte("type: task\ncommands: [x]\n"), func(string) (string, bool) { return "", false }); env != nil && len(env) != 0 {
+		t.Fatalf("nothing set: ClientEnv = %v, want none", env)
+	}
+}
