@@ -16,7 +16,9 @@ import (
 
 // Backup writes a consistent snapshot of the state file to w while the
 // store keeps serving (one bbolt read transaction; writers are not blocked).
-// Sealed values stay sealed: a restore needs the same key file.
+// Sealed values stay sealed: a restore needs the same key file. While it
+// runs, a commit that must grow the file's memory map waits for it (bbolt
+// remaps only without readers), so back up large files off peak.
 func (s *Store) Backup(ctx context.Context, w io.Writer) (int64, error) {
 	var n int64
 	err := s.db.View(func(tx *bbolt.Tx) error {
@@ -103,13 +105,13 @@ func checkBackup(path string) error {
 	}
 	defer db.Close()
 	return db.View(func(tx *bbolt.Tx) error {
-		meta := tx.Bucket(metaBucket)
+		meta := tx.Bucket([]byte(metaBucketName))
 		if meta == nil {
 			return fmt.Errorf("%w: backup %s has no schema version; not a gpud state file", ErrInvalid, path)
 		}
-		v, err := strconv.Atoi(string(meta.Get(schemaKey)))
+		v, err := strconv.Atoi(string(meta.Get([]byte(schemaKeyName))))
 		if err != nil || v < 1 || v > SchemaVersion {
-			return fmt.Errorf("%w: backup %s has schema %q; this gpud reads 1..%d", ErrInvalid, path, meta.Get(schemaKey), SchemaVersion)
+			return fmt.Errorf("%w: backup %s has schema %q; this gpud reads 1..%d", ErrInvalid, path, meta.Get([]byte(schemaKeyName)), SchemaVersion)
 		}
 		return nil
 	})

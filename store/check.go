@@ -16,6 +16,7 @@ type Problem struct {
 	What string
 }
 
+// String reads "kind \"id\": what".
 func (p Problem) String() string { return fmt.Sprintf("%s %q: %s", p.Kind, p.ID, p.What) }
 
 // Check verifies the store's invariants: every record in the file decodes

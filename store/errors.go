@@ -33,6 +33,7 @@ type ConflictError struct {
 	Have uint64 // the stored version (0: absent)
 }
 
+// Error names the record and both versions.
 func (e *ConflictError) Error() string {
 	return fmt.Sprintf("store: %s %q: expected version %d, stored version is %d", e.Kind, e.ID, e.Want, e.Have)
 }

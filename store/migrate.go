@@ -17,26 +17,31 @@ import (
 //	   material sealed (AES-256-GCM), buckets named after Kind.
 const SchemaVersion = 2
 
-var (
-	metaBucket = []byte("meta")
-	schemaKey  = []byte("schema")
+const (
+	metaBucketName = "meta"
+	schemaKeyName  = "schema"
 )
 
-// migrations[v] upgrades a file from schema v to v+1 inside the open
-// transaction; all migrations of one Open commit together or not at all.
-var migrations = map[int]func(s *Store, tx *bbolt.Tx) error{
-	1: migrate1to2,
+// migration returns the step that upgrades a file from schema v to v+1
+// inside the open transaction; all steps of one Open commit together or not
+// at all.
+func migration(v int) func(s *Store, tx *bbolt.Tx) error {
+	switch v {
+	case 1:
+		return migrate1to2
+	}
+	return nil
 }
 
 // migrate creates the buckets of a new file, or upgrades an older one.
 func (s *Store) migrate() error {
 	return s.db.Update(func(tx *bbolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(metaBucket)
+		meta, err := tx.CreateBucketIfNotExists([]byte(metaBucketName))
 		if err != nil {
 			return fmt.Errorf("meta bucket: %w", err)
 		}
 		v := SchemaVersion
-		if raw := meta.Get(schemaKey); raw != nil {
+		if raw := meta.Get([]byte(schemaKeyName)); raw != nil {
 			v, err = strconv.Atoi(string(raw))
 			if err != nil {
 				return fmt.Errorf("%w: schema version %q", ErrInvalid, raw)
@@ -47,7 +52,11 @@ func (s *Store) migrate() error {
 		}
 		for ; v < SchemaVersion; v++ {
 			s.log.Info().Int("from", v).Int("to", v+1).Msg("migrating state file")
-			if err := migrations[v](s, tx); err != nil {
+			step := migration(v)
+			if step == nil {
+				return fmt.Errorf("%w: no migration from schema %d", ErrInvalid, v)
+			}
+			if err := step(s, tx); err != nil {
 				return fmt.Errorf("migrate schema %d to %d: %w", v, v+1, err)
 			}
 		}
@@ -56,7 +65,7 @@ func (s *Store) migrate() error {
 				return fmt.Errorf("bucket %s: %w", k, err)
 			}
 		}
-		return meta.Put(schemaKey, []byte(strconv.Itoa(SchemaVersion)))
+		return meta.Put([]byte(schemaKeyName), []byte(strconv.Itoa(SchemaVersion)))
 	})
 }
 

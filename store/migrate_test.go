@@ -63,7 +63,7 @@ func TestMigrateFromSchema1Fixture(t *testing.T) {
 		if tx.Bucket([]byte("hosts")) != nil {
 			t.Error("hosts bucket left behind")
 		}
-		if v := string(tx.Bucket(metaBucket).Get(schemaKey)); v != "2" {
+		if v := string(tx.Bucket([]byte(metaBucketName)).Get([]byte(schemaKeyName))); v != "2" {
 			t.Errorf("schema after migration = %q", v)
 		}
 		// Live values are sealed; the fixture's plaintext may linger only on free pages.
@@ -84,8 +84,8 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Update(func(tx *bbolt.Tx) error {
-		b, _ := tx.CreateBucket(metaBucket)
-		return b.Put(schemaKey, []byte("99"))
+		b, _ := tx.CreateBucket([]byte(metaBucketName))
+		return b.Put([]byte(schemaKeyName), []byte("99"))
 	})
 	db.Close()
 	s, err := Open(path, Options{})
