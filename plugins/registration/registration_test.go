@@ -22,7 +22,7 @@ import (
 )
 
 // testServer is a real TLS server with the acceptor mounted.
-func testServer(t *testing.T) (*Acceptor, *Tokens, *httptest.Server, *tls.Config) {
+func testServer(t testing.TB) (*Acceptor, *Tokens, *httptest.Server, *tls.Config) {
 	t.Helper()
 	tokens := &Tokens{}
 	ac := &Acceptor{Tokens: tokens, KeepaliveInterval: 200 * time.Millisecond, Logger: zerolog.Nop()}
