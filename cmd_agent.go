@@ -19,6 +19,7 @@ import (
 	"gpud.dev/gpud/agent/host"
 	"gpud.dev/gpud/agent/runtime/process"
 	"gpud.dev/gpud/agent/server"
+	"gpud.dev/gpud/agent/tunnel"
 	"gpud.dev/gpud/api"
 )
 
@@ -35,6 +36,8 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7071", Usage: "host:port or unix:///path/agent.sock", EnvVars: []string{"GPUD_AGENT_LISTEN"}},
 			&cli.StringFlag{Name: "token", Usage: "API bearer token (default: DATA_DIR/token, created on first start)", EnvVars: []string{"GPUD_AGENT_TOKEN"}},
 			&cli.StringFlag{Name: "runtime", Value: agent.RuntimeAuto, Usage: "docker, process, or auto (docker when reachable, else process)"},
+			&cli.StringFlag{Name: "server", Usage: "register with the server at this https:// URL instead of listening (--token is then the fleet's registration token); see docs/fleets.md", EnvVars: []string{"GPUD_SERVER"}},
+			&cli.StringFlag{Name: "server-ca", Usage: "PEM file of the CA that signed the server's certificate (default: the system's roots)"},
 			&cli.StringFlag{Name: "agent-id", Value: "default", Usage: "tells this agent's containers from other agents' on the same engine"},
 			fakeGPUs,
 		},
@@ -42,6 +45,7 @@ func agentCommand() *cli.Command {
 			return runAgent(c.Context, agentFlags{
 				dataDir: c.String("data-dir"), listen: c.String("listen"), token: c.String("token"),
 				runtime: c.String("runtime"), agentID: c.String("agent-id"), fakeGPUs: c.String("fake-gpus"),
+				server: c.String("server"), serverCA: c.String("server-ca"),
 			})
 		},
 		Subcommands: []*cli.Command{
@@ -74,6 +78,7 @@ func agentCommand() *cli.Command {
 
 type agentFlags struct {
 	dataDir, listen, token, runtime, agentID, fakeGPUs string
+	server, serverCA                                   string
 }
 
 func defaultAgentDir() string {
@@ -92,6 +97,9 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		return fmt.Errorf("agent: data dir: %w", err)
 	}
 	token := f.token
+	if f.server != "" {
+		token = "" // --token registers; the API token is the data dir's, sent over TLS
+	}
 	if token == "" {
 		var err error
 		if token, err = agent.LoadOrCreateToken(f.dataDir); err != nil {
@@ -116,6 +124,14 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	h, err := server.New(a, token, log)
 	if err != nil {
 		return err
+	}
+	if f.server != "" {
+		cfg, err := tunnel.NewConfig(f.server, f.serverCA, f.token, token, h, log)
+		if err != nil {
+			return usageError(err)
+		}
+		log.Info().Str("server", f.server).Str("runtime", rt.Name()).Str("data_dir", f.dataDir).Msg("agent registering")
+		return tunnel.Serve(ctx, cfg)
 	}
 	l, err := server.Listen(f.listen)
 	if err != nil {

@@ -12,12 +12,14 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -67,8 +69,8 @@ type Config struct {
 
 // Serve keeps the agent registered until ctx ends: it connects, serves the
 // agent API over the tunnel until the connection drops, and reconnects
-// with exponential backoff. It returns ctx's error, or an error wrapping
-// ErrRejected when the server refuses the token.
+// with exponential backoff. It returns nil when ctx ends (a clean stop),
+// or an error wrapping ErrRejected when the server refuses the token.
 func Serve(ctx context.Context, cfg Config) error {
 	u, err := url.Parse(cfg.ServerURL)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
@@ -85,7 +87,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	for {
 		connected, err := serveOnce(ctx, u, cfg)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil
 		}
 		if errors.Is(err, ErrRejected) {
 			return err
@@ -96,7 +98,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		cfg.Logger.Warn().Err(err).Dur("retry_in", backoff).Msg("registration tunnel down")
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, maxBackoff)
@@ -197,3 +199,26 @@ type bufferedConn struct {
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// NewConfig is Config for `gpud agent --server URL --token T
+// [--server-ca FILE]`: it reads the CA file (PEM) when given, so a server
+// with a private CA is verified, and registers under the hostname.
+func NewConfig(serverURL, caFile, registrationToken, agentToken string, h http.Handler, log zerolog.Logger) (Config, error) {
+	if registrationToken == "" {
+		return Config{}, errors.New("--server needs --token: the registration token the server's admin issued for the fleet")
+	}
+	cfg := Config{ServerURL: serverURL, Token: registrationToken, AgentToken: agentToken, Handler: h, Logger: log}
+	cfg.Host, _ = os.Hostname()
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return Config{}, fmt.Errorf("--server-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return Config{}, fmt.Errorf("--server-ca %s: no PEM certificate in it", caFile)
+		}
+		cfg.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return cfg, nil
+}

@@ -371,18 +371,6 @@ func NewClientKey(t testing.TB, dir string) ClientKey {
 	return ClientKey{IdentityFile: path, Public: signer.PublicKey(), Signer: signer}
 }
 
-// BuildStaticGpud builds gpud.dev/gpud with CGO_ENABLED=0 into dir and
-// returns the binary's path; static, so it runs in the minimal sshd image.
-func BuildStaticGpud(dir string) (string, error) {
-	out := filepath.Join(dir, "gpud")
-	cmd := exec.Command("go", "build", "-o", out, "gpud.dev/gpud")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build gpud: %w: %s", err, b)
-	}
-	return out, nil
-}
-
 func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)

@@ -2,9 +2,7 @@ package sshfleet
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -13,37 +11,10 @@ import (
 	"gpud.dev/gpud/internal/testutil"
 )
 
-// binaryEnv carries the static gpud built by TestMain to the tests; set
-// beforehand, it names a prebuilt one and TestMain builds nothing.
-const binaryEnv = "GPUD_TEST_STATIC_BINARY"
-
 // TestMain builds the gpud binary the tests upload: static (CGO_ENABLED=0)
 // so it runs in the minimal sshd image. A missing Docker engine fails the
 // run with the fix rather than skipping.
-func TestMain(m *testing.M) {
-	if err := exec.Command("docker", "info").Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the SSH fleet tests need a reachable Docker engine (CI's .ci/services.sh starts one): %v\n", err)
-		os.Exit(1)
-	}
-	if os.Getenv(binaryEnv) != "" { // a prebuilt static gpud, e.g. from `just build-static`
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "gpud-sshfleet-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin, err := testutil.BuildStaticGpud(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	os.Setenv(binaryEnv, bin)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testutil.MainWithStaticGpud(m)) }
 
 // fleet is a test fleet: sshd containers on their own network, a client
 // key they accept and a dialer that pins their keys in memory.
@@ -72,7 +43,7 @@ func (f *fleet) target(i int) Target {
 }
 
 func (f *fleet) options() Options {
-	return Options{Dialer: f.dialer, Binary: os.Getenv(binaryEnv), AgentArgs: []string{"--runtime", "process", "--fake-gpus", "4xH100:80GB"},
+	return Options{Dialer: f.dialer, Binary: os.Getenv(testutil.StaticGpudEnv), AgentArgs: []string{"--runtime", "process", "--fake-gpus", "4xH100:80GB"},
 		Logger: zerolog.Nop()}
 }
 
