@@ -74,7 +74,7 @@ func (c *Config) Name() string {
 }
 
 // spec returns the set spec as a value to marshal.
-func (c *Config) spec() any {
+func (c Config) spec() any {
 	switch {
 	case c.Task != nil:
 		return c.Task
@@ -98,7 +98,7 @@ func (c *Config) spec() any {
 // every default filled in, values in the configuration grammar ("1..8",
 // "80GB", "1h"). The output is itself a valid configuration: Parse reads it
 // back to an equal Config.
-func (c *Config) MarshalJSON() ([]byte, error) {
+func (c Config) MarshalJSON() ([]byte, error) {
 	s := c.spec()
 	if s == nil {
 		return nil, fmt.Errorf("marshal config: no spec is set")

@@ -184,3 +184,34 @@ func TestDstackExamplesAreAcceptedExceptTheTwoMalformedSnippets(t *testing.T) {
 		t.Fatalf("checked %d malformed snippets, want %d", rejected, len(malformedDstackSnippets))
 	}
 }
+
+func TestConfigJSONMethodsGoThroughParse(t *testing.T) {
+	cfg, err := ParseFile("../testdata/configs/task-elastic-nodes.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byValue, err := json.Marshal(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, normalizedJSON(t, cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(byValue, compact.Bytes()) {
+		t.Fatalf("marshal by value differs from by pointer:\n%s\n%s", byValue, compact.Bytes())
+	}
+	var back Config
+	if err := json.Unmarshal(byValue, &back); err != nil {
+		t.Fatalf("unmarshal normalized JSON: %v", err)
+	}
+	if back.Task == nil || !back.Task.Elastic() || back.Task.Queue != "research" {
+		t.Fatalf("unmarshalled config lost fields: %+v", back.Task)
+	}
+	var bad Config
+	err = json.Unmarshal([]byte(`{"type": "task", "nodes": "2.."}`), &bad)
+	var list ErrorList
+	if !errors.As(err, &list) || list[0].Path != "nodes" {
+		t.Fatalf("invalid JSON config must fail with the parser's errors, got %v", err)
+	}
+}
