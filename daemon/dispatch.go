@@ -44,7 +44,10 @@ func (t *tracker) release(key string) {
 // version conflicts; change returns false to leave the job unchanged.
 // Extra mutations (events) commit in the same transaction.
 func (s *Server) updateJob(ctx context.Context, id string, change func(j *store.Record, js *jobState) (bool, []store.Mutation)) error {
-	for range 20 {
+	for attempt := range 20 {
+		if attempt > 0 {
+			conflictPause(attempt)
+		}
 		j, err := s.store.Jobs().Get(id)
 		if err != nil {
 			return err

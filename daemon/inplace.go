@@ -35,7 +35,10 @@ func (s *Server) applyPriorityInPlace(sub *submission, user string) (store.Recor
 	if err != nil {
 		return store.Record{}, false, err
 	}
-	for range 10 {
+	for attempt := range 10 {
+		if attempt > 0 {
+			conflictPause(attempt)
+		}
 		var active *store.Record
 		for _, r := range s.store.Runs().ByProject(sub.run.Project) {
 			if r.Name == sub.run.Name && !finishedRun(r.Status) {

@@ -91,7 +91,10 @@ func (s *Server) actOnJob(j store.Record) {
 // applies the run's policies: stop, retry, requeue after eviction,
 // max_duration.
 func (s *Server) reconcileRun(ctx context.Context, id string) {
-	for range 10 {
+	for attempt := range 10 {
+		if attempt > 0 {
+			conflictPause(attempt)
+		}
 		run, err := s.store.Runs().Get(id)
 		if err != nil || finishedRun(run.Status) {
 			return

@@ -147,3 +147,11 @@ func finishedJob(status string) bool {
 func queueID(project, name string) string { return project + "/" + name }
 
 func decodeJSONBytes(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// conflictPause waits before retry number attempt of a write that met a
+// version conflict. The store validates against writes staged for its next
+// commit before readers see them, so an immediate retry can read the same
+// old version again; 1ms doubling up to 50ms lets that commit land.
+func conflictPause(attempt int) {
+	time.Sleep(min(time.Millisecond<<min(attempt, 6), 50*time.Millisecond))
+}

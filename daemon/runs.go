@@ -197,6 +197,7 @@ func (s *Server) handleStopRun(w http.ResponseWriter, r *http.Request) error {
 		if attempt == 20 {
 			return conflict("the run keeps changing; try again")
 		}
+		conflictPause(attempt)
 		run, _ = s.store.Runs().Get(run.ID)
 	}
 	run, _ = s.store.Runs().Get(run.ID)
