@@ -19,8 +19,12 @@ import (
 const exitInterrupted = 130
 
 // statusPoll is how often the status line asks the server while a run
-// waits to start; it only feeds the display, never the run.
-const statusPoll = 200 * time.Millisecond
+// waits to start, runningPoll once it runs without output yet; the polls
+// only feed the display, never the run.
+const (
+	statusPoll  = 200 * time.Millisecond
+	runningPoll = time.Second
+)
 
 // follow shows the run's status until its output starts, streams its logs
 // until it finishes and returns an error carrying its exit code.
@@ -120,9 +124,8 @@ func (s *runSession) interrupted(ctx context.Context, name string, sigs <-chan o
 // watchStatus shows the run's status (the first job's, which has pulling)
 // and why it waits, until ctx ends or the run finishes.
 func (s *runSession) watchStatus(ctx context.Context, name string, line *statusLine) {
-	t := time.NewTicker(statusPoll)
-	defer t.Stop()
 	for {
+		every := statusPoll
 		if run, err := s.client.GetRun(ctx, s.project, name); err == nil {
 			status, why := run.Status, run.WhyPending
 			if len(run.Jobs) > 0 && !run.Finished() {
@@ -135,11 +138,14 @@ func (s *runSession) watchStatus(ctx context.Context, name string, line *statusL
 			if run.Finished() {
 				return
 			}
+			if status == "running" {
+				every = runningPoll // only the elapsed time still changes
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(every):
 		}
 	}
 }
