@@ -63,6 +63,9 @@ func runRun(c *cli.Context) error {
 		if p := target.Project; p != daemon.DefaultProject {
 			return usageError(fmt.Errorf("run: --project %s: the embedded server (no server configured) has only project %s", p, daemon.DefaultProject))
 		}
+		if c.Bool("detach") {
+			return usageError(errors.New("run: -d needs a server — with none configured the run lives in this command's embedded server, which ends with it; start one with gpud serve and gpud login"))
+		}
 		stop, err := sess.startEmbedded(ctx, c)
 		if err != nil {
 			return err

@@ -116,6 +116,8 @@ func TestRunOnEmbeddedDefault(t *testing.T) {
 			wantStdout: []string{"about to fail"}, wantStderr: []string{"run fail failed"}},
 		{name: "the embedded server has only project main", args: []string{"run", "-p", "research", "testdata/hello.yml"},
 			wantCode: 2, wantStderr: []string{"only project main"}},
+		{name: "detaching needs a server", args: []string{"run", "-d", "testdata/hello.yml"},
+			wantCode: 2, wantStderr: []string{"-d needs a server"}},
 		{name: "a flag after the file is named with the fix", args: []string{"run", "testdata/hello.yml", "-y"},
 			wantCode: 2, wantStderr: []string{"put flags before it, like gpud run -y testdata/hello.yml"}},
 		{name: "two files are a usage error", args: []string{"run", "testdata/hello.yml", "testdata/fail.yml"},
