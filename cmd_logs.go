@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -17,6 +18,7 @@ func logsCommand() *cli.Command {
 		Flags: clientFlags(
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming until every job of the run finished"},
 			&cli.StringFlag{Name: "job", Usage: "only this job id (see gpud ps --json)"},
+			&cli.BoolFlag{Name: "json", Usage: "print each line as a JSON object (job, offset, time, stream, line), one per line"},
 		),
 		Action: func(c *cli.Context) error {
 			name, err := oneArg(c, "run")
@@ -27,7 +29,12 @@ func logsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			enc := json.NewEncoder(c.App.Writer)
+			enc.SetEscapeHTML(false)
 			err = cl.RunLogs(c.Context, t.Project, name, api.LogOptions{Follow: c.Bool("follow"), Job: c.String("job")}, func(e api.LogEntry) error {
+				if c.Bool("json") {
+					return enc.Encode(e)
+				}
 				writeLogLine(c.App.Writer, c.App.ErrWriter, e)
 				return nil
 			})

@@ -130,6 +130,11 @@ resources:
 		}
 		return nil
 	})
+	var entry api.LogEntry
+	if r := s.cli.must(ctx, "logs", "--json", "sleeper"); json.Unmarshal([]byte(strings.SplitN(r.stdout, "\n", 2)[0]), &entry) != nil ||
+		entry.Line != "sleeper started in sleeper" || entry.Stream != api.LogStdout || entry.Job == "" {
+		t.Fatalf("logs --json first line = %+v, from:\n%s", entry, r.stdout)
+	}
 
 	r := s.cli.must(ctx, "queue", "list", "--json")
 	var queues []api.Queue
