@@ -123,6 +123,7 @@ func (s *Server) handleApplyFleet(w http.ResponseWriter, r *http.Request) error 
 	if _, err := s.store.Apply(r.Context(), store.Put(rec), event(project, store.KindFleet, rec.ID, "applied", "applied by "+c.name)); err != nil {
 		return err
 	}
+	s.applySSHFleet(rec.ID, project, cfg.Fleet)
 	rec, _ = s.store.Fleets().Get(rec.ID)
 	writeJSON(w, http.StatusOK, s.fleetOut(project, rec))
 	return nil
@@ -150,6 +151,7 @@ func (s *Server) handleDeleteFleet(w http.ResponseWriter, r *http.Request) error
 	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
 		return err
 	}
+	s.deleteSSHFleet(r.Context(), f.ID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

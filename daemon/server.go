@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"gpud.dev/gpud/plugins/sshfleet"
 	"gpud.dev/gpud/sched"
 	"gpud.dev/gpud/store"
 )
@@ -46,8 +47,14 @@ type Options struct {
 	// RotateAdminToken makes the admin a fresh token at start (the
 	// embedded default does, as it keeps no token on disk).
 	RotateAdminToken bool
-	Version          string
-	Logger           zerolog.Logger
+	// AgentBinary is the gpud uploaded to SSH fleet hosts (default this
+	// executable); SSHAgentArgs are extra `gpud agent` flags for them
+	// (tests: --fake-gpus); SSHHealth bounds their failure detection.
+	AgentBinary  string
+	SSHAgentArgs []string
+	SSHHealth    sshfleet.HealthConfig
+	Version      string
+	Logger       zerolog.Logger
 }
 
 // Server is a running gpud server. Its methods are safe for concurrent use.
@@ -63,6 +70,7 @@ type Server struct {
 
 	local   *localAgent
 	agents  agentSet
+	ssh     sshHosts
 	working tracker
 	names   nameLocks
 	proxyRR proxyCounter
@@ -128,6 +136,7 @@ func (s *Server) start(ctx context.Context) error {
 		}
 	}
 	s.adoptJobs(ctx)
+	s.resumeSSHFleets()
 	for _, loop := range []func(context.Context){s.feedLoop, s.schedulerLoop, s.usageLoop} {
 		s.wg.Add(1)
 		go func() {
@@ -185,6 +194,7 @@ func (s *Server) Close() error {
 		defer cancel()
 		err := s.http.Shutdown(sctx)
 		s.cancel()
+		s.closeSSHFleets()
 		s.wg.Wait()
 		if s.local != nil {
 			err = errors.Join(err, s.local.close())

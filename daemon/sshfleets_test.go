@@ -1,0 +1,105 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
+)
+
+// staticGpud is the gpud uploaded to SSH hosts: prebuilt when
+// GPUD_TEST_STATIC_BINARY names one, else built (CGO_ENABLED=0) here.
+func staticGpud(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv(testutil.StaticGpudEnv); bin != "" {
+		return bin
+	}
+	bin, err := testutil.BuildStaticGpud(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func sshFleetYAML(identity string, hosts ...*testutil.SSHD) string {
+	ips := make([]string, len(hosts))
+	for i, h := range hosts {
+		ips[i] = h.IP
+	}
+	return fmt.Sprintf("type: fleet\nname: lab\nplacement: cluster\nssh_config:\n  user: root\n  identity_file: %s\n  hosts: [%s]\n",
+		identity, strings.Join(ips, ", "))
+}
+
+// TestSSHFleetApplyProvisionsReappliesAndDeletesHosts drives the server's
+// SSH fleet wiring through its HTTP API against three real sshd hosts:
+// apply provisions all three (agents reached through SSH report their
+// fake GPUs as instances), re-applying without one tears that host down,
+// and deleting the fleet removes the agents from the rest.
+func TestSSHFleetApplyProvisionsReappliesAndDeletesHosts(t *testing.T) {
+	bin := staticGpud(t)
+	image := testutil.SSHDImage(t)
+	nw := testutil.NewDockerNetwork(t)
+	key := testutil.NewClientKey(t, t.TempDir())
+	hosts := []*testutil.SSHD{
+		testutil.StartSSHD(t, image, nw, key.Public), testutil.StartSSHD(t, image, nw, key.Public), testutil.StartSSHD(t, image, nw, key.Public),
+	}
+	ts := startServerWith(t, Options{Runtime: "process", AgentBinary: bin,
+		SSHAgentArgs: []string{"--runtime", "process", "--fake-gpus", "2xH100:80GB"}})
+	apply := func(yaml string) {
+		ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply", api.ApplyRequest{ConfigurationYAML: yaml}, nil)
+	}
+	instances := func(want int) []api.Instance {
+		var fleet api.Fleet
+		testutil.Eventually(t, 60*time.Second, func() error {
+			ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/fleets/lab", nil, &fleet)
+			if len(fleet.Instances) != want {
+				return testutil.Errorf("%d instances, want %d", len(fleet.Instances), want)
+			}
+			return nil
+		})
+		return fleet.Instances
+	}
+	agentRunning := func(h *testutil.SSHD) bool {
+		return strings.Contains(h.Exec(t, "ps -o args"), "gpud agent")
+	}
+
+	apply(sshFleetYAML(key.IdentityFile, hosts...))
+	var names []string
+	for _, inst := range instances(3) {
+		if inst.Backend != "ssh" || inst.Resources.GPUs != 2 || inst.Resources.GPUName != "H100" {
+			t.Errorf("instance %s: backend %q, %v GPUs %q; want ssh, 2 H100", inst.Name, inst.Backend, inst.Resources.GPUs, inst.Resources.GPUName)
+		}
+		names = append(names, inst.Hostname)
+	}
+	for _, h := range hosts {
+		if !slices.Contains(names, h.Name) {
+			t.Errorf("host %s is not an instance (have %v)", h.Name, names)
+		}
+		if _, err := ts.Store().KV().Load(context.Background(), "ssh/known_hosts/"+h.Addr()); err != nil {
+			t.Errorf("host key of %s not pinned: %v", h.Addr(), err)
+		}
+	}
+
+	apply(sshFleetYAML(key.IdentityFile, hosts[0], hosts[1]))
+	instances(2)
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if agentRunning(hosts[2]) {
+			return testutil.Errorf("the removed host still runs the agent")
+		}
+		return nil
+	})
+
+	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/projects/main/fleets/lab", nil, nil)
+	for _, h := range hosts[:2] {
+		if agentRunning(h) {
+			t.Errorf("host %s still runs the agent after the fleet was deleted", h.Name)
+		}
+	}
+}
