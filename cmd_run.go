@@ -91,6 +91,9 @@ func runRun(c *cli.Context) error {
 	if err != nil || run == nil {
 		return err
 	}
+	if run.ServiceURL != "" && !sess.embedded {
+		fmt.Fprintf(sess.errw, "service %s: %s%s once running (with your token), or gpud attach %s for localhost\n", run.Name, sess.client.BaseURL(), run.ServiceURL, run.Name)
+	}
 	if c.Bool("detach") {
 		fmt.Fprintf(sess.errw, "run %s submitted; follow it with gpud logs -f %s\n", run.Name, run.Name)
 		return nil

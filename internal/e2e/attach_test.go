@@ -45,7 +45,10 @@ func TestAttachForwardsPortsToLocalhost(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			jobPort, localPort := testutil.FreePort(t), testutil.FreePort(t)
 			path := writeConfig(t, s.cli.home, fmt.Sprintf("web%d.yml", i), tt.config(jobPort, localPort))
-			s.cli.must(ctx, "run", "-y", "-d", path)
+			submitted := s.cli.must(ctx, "run", "-y", "-d", path)
+			if tt.run == "websvc" && !strings.Contains(submitted.stderr, s.url+"/proxy/services/main/websvc/") {
+				t.Errorf("gpud run does not say where the service is reached:\n%s", submitted.stderr)
+			}
 			name := tt.run
 			t.Cleanup(func() { s.cli.run(ctx, "stop", "--abort", name) })
 			testutil.Eventually(t, time.Minute, func() error {
