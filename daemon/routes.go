@@ -43,6 +43,8 @@ func (s *Server) routes() http.Handler {
 	authed("GET /api/v1/projects/{project}/fleets", s.handleListFleets)
 	authed("GET /api/v1/projects/{project}/fleets/{fleet}", s.handleGetFleet)
 	authed("DELETE /api/v1/projects/{project}/fleets/{fleet}", s.handleDeleteFleet)
+	authed("POST /api/v1/projects/{project}/fleets/{fleet}/tokens", s.handleIssueRegistrationToken)
+	authed("DELETE /api/v1/projects/{project}/fleets/{fleet}/tokens/{id}", s.handleRevokeRegistrationToken)
 	authed("GET /api/v1/projects/{project}/instances", s.handleListInstances)
 	authed("GET /api/v1/projects/{project}/offers", s.handleOffers)
 	authed("POST /api/v1/projects/{project}/queues/apply", s.handleApplyQueue)

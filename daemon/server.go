@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"gpud.dev/gpud/plugins/registration"
 	"gpud.dev/gpud/plugins/sshfleet"
 	"gpud.dev/gpud/sched"
 	"gpud.dev/gpud/store"
@@ -47,14 +48,23 @@ type Options struct {
 	// RotateAdminToken makes the admin a fresh token at start (the
 	// embedded default does, as it keeps no token on disk).
 	RotateAdminToken bool
+	// Clock drives the cron schedule: when a scheduled run's next tick is
+	// and when its timer fires (default the wall clock).
+	Clock Clock
 	// AgentBinary is the gpud uploaded to SSH fleet hosts (default this
 	// executable); SSHAgentArgs are extra `gpud agent` flags for them
 	// (tests: --fake-gpus); SSHHealth bounds their failure detection.
 	AgentBinary  string
 	SSHAgentArgs []string
 	SSHHealth    sshfleet.HealthConfig
-	Version      string
-	Logger       zerolog.Logger
+	// RegistrationListen, when set, accepts `gpud agent --server` tunnels
+	// over TLS there, with RegistrationCert/Key or else a self-signed
+	// certificate kept in DataDir (RegistrationCAFile, for --server-ca).
+	RegistrationListen string
+	RegistrationCert   string
+	RegistrationKey    string
+	Version            string
+	Logger             zerolog.Logger
 }
 
 // Server is a running gpud server. Its methods are safe for concurrent use.
@@ -68,12 +78,16 @@ type Server struct {
 	// adminToken is set only when this start created (or rotated) it.
 	adminToken string
 
-	local   *localAgent
-	agents  agentSet
-	ssh     sshHosts
-	working tracker
-	names   nameLocks
-	proxyRR proxyCounter
+	local  *localAgent
+	agents agentSet
+	ssh    sshHosts
+	// registration accepts agent tunnels (nil when off).
+	registration     *registration.Acceptor
+	registrationHTTP *http.Server
+	registrationURL  string
+	working          tracker
+	names            nameLocks
+	proxyRR          proxyCounter
 	// schedWake wakes the scheduler loop (buffer 1: wake-ups coalesce).
 	schedWake chan struct{}
 	sharesMu  sync.Mutex
@@ -152,7 +166,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.listener = ln
 	s.url = "http://" + ln.Addr().String()
 	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	return nil
+	return s.startRegistration()
 }
 
 // Handler returns the server's HTTP handler (API and service proxy).
@@ -193,6 +207,9 @@ func (s *Server) Close() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := s.http.Shutdown(sctx)
+		if s.registrationHTTP != nil {
+			err = errors.Join(err, s.registrationHTTP.Close())
+		}
 		s.cancel()
 		s.closeSSHFleets()
 		s.wg.Wait()
