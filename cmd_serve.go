@@ -28,6 +28,9 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-local-agent", Usage: "do not run jobs on this machine"},
 			&cli.StringFlag{Name: "fake-gpus", Usage: "fake accelerators for the local agent, like 8xH100:80GB"},
 			&cli.StringFlag{Name: "runtime", Usage: "local agent runtime: docker, process or auto (default auto)"},
+			&cli.StringFlag{Name: "registration-listen", Usage: "accept `gpud agent --server` hosts over TLS on this address, like :8443 (docs/fleets.md)"},
+			&cli.StringFlag{Name: "registration-cert", Usage: "TLS certificate for --registration-listen (default: a self-signed one, its CA in DATA_DIR/registration-ca.pem)"},
+			&cli.StringFlag{Name: "registration-key", Usage: "private key of --registration-cert"},
 		},
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
@@ -45,6 +48,7 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 	srv, err := daemon.New(ctx, daemon.Options{
 		DataDir: c.String("data-dir"), Listen: c.String("listen"), NoLocalAgent: c.Bool("no-local-agent"),
 		FakeGPUs: c.String("fake-gpus"), Runtime: rt, Version: version, Logger: *log,
+		RegistrationListen: c.String("registration-listen"), RegistrationCert: c.String("registration-cert"), RegistrationKey: c.String("registration-key"),
 	})
 	if err != nil {
 		return err
