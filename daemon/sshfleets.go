@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -123,12 +124,26 @@ func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
 	dialer := &sshfleet.Dialer{Keys: kvHostKeys{s.store.KV()},
 		AcceptKeyHint: "If the change is expected, check the new fingerprint on the host, then remove the pinned key (store key " +
 			hostKeyPath(h.target.Addr()) + ") and apply the fleet again."}
-	host, err := sshfleet.Provision(ctx, h.target, sshfleet.Options{Dialer: dialer, Binary: s.opts.AgentBinary,
-		AgentArgs: s.opts.SSHAgentArgs, Logger: log})
-	if err != nil {
+	// A host that cannot be reached yet is tried again with backoff; a
+	// changed host key or another architecture needs a person.
+	var host *sshfleet.Host
+	for wait := 5 * time.Second; ; wait = min(2*wait, time.Minute) {
+		var err error
+		host, err = sshfleet.Provision(ctx, h.target, sshfleet.Options{Dialer: dialer, Binary: s.opts.AgentBinary,
+			AgentArgs: s.opts.SSHAgentArgs, Logger: log})
+		if err == nil {
+			break
+		}
 		log.Error().Err(err).Msg("provisioning failed")
 		s.sshEvent(h, "failed", "provisioning failed: "+err.Error())
-		return
+		if errors.Is(err, sshfleet.ErrHostKeyChanged) || errors.Is(err, sshfleet.ErrArchMismatch) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
 	}
 	cl, err := agentclient.New(sshfleet.AgentBaseURL, host.Token, host.HTTPClient())
 	if err == nil {

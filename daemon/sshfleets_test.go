@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
+	"gpud.dev/gpud/plugins/sshfleet"
 )
 
 // staticGpud is the gpud uploaded to SSH hosts: prebuilt when
@@ -102,4 +105,50 @@ func TestSSHFleetApplyProvisionsReappliesAndDeletesHosts(t *testing.T) {
 			t.Errorf("host %s still runs the agent after the fleet was deleted", h.Name)
 		}
 	}
+}
+
+// TestSSHFleetHostFailuresBecomeInstanceEvents: a killed host is recorded
+// unreachable within the configured bound, and a host whose key changed
+// is refused at provisioning with both fingerprints in the event.
+func TestSSHFleetHostFailuresBecomeInstanceEvents(t *testing.T) {
+	bin := staticGpud(t)
+	image := testutil.SSHDImage(t)
+	nw := testutil.NewDockerNetwork(t)
+	key := testutil.NewClientKey(t, t.TempDir())
+	hosts := []*testutil.SSHD{testutil.StartSSHD(t, image, nw, key.Public), testutil.StartSSHD(t, image, nw, key.Public)}
+	ts := startServerWith(t, Options{Runtime: "process", AgentBinary: bin,
+		SSHAgentArgs: []string{"--runtime", "process", "--fake-gpus", "1xH100:80GB"},
+		SSHHealth:    sshfleet.HealthConfig{KeepaliveInterval: 300 * time.Millisecond, UnreachableAfter: 1500 * time.Millisecond}})
+	// Pin the second host's key, then change it, as a reinstall would.
+	if err := ts.Store().KV().Store(context.Background(), "ssh/known_hosts/"+hosts[1].Addr(), hosts[1].HostKey.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+	pinned := ssh.FingerprintSHA256(hosts[1].HostKey)
+	hosts[1].ChangeHostKey(t)
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply",
+		api.ApplyRequest{ConfigurationYAML: sshFleetYAML(key.IdentityFile, hosts...)}, nil)
+	event := func(subject, status string) api.Event {
+		var found api.Event
+		testutil.Eventually(t, 60*time.Second, func() error {
+			var events []api.Event
+			ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/events", nil, &events)
+			for _, e := range events {
+				if e.Kind == "instances" && strings.HasSuffix(e.Subject, subject) && e.Status == status {
+					found = e
+					return nil
+				}
+			}
+			return testutil.Errorf("no %s event for %s in %d events", status, subject, len(events))
+		})
+		return found
+	}
+	refused := event(sanitize(hosts[1].IP), "failed")
+	for _, want := range []string{"host key", pinned, ssh.FingerprintSHA256(hosts[1].HostKey)} {
+		if !strings.Contains(refused.Reason, want) {
+			t.Errorf("refusal %q does not name %q", refused.Reason, want)
+		}
+	}
+	event(sanitize(hosts[0].IP), "ready")
+	hosts[0].Kill(t)
+	event(sanitize(hosts[0].IP), "unreachable")
 }

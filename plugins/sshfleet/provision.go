@@ -289,7 +289,13 @@ func (h *Host) Close() error {
 
 // Teardown stops the agent (its jobs were the server's to stop first),
 // removes its unit or pid file, binary and data, and closes the connection.
+// A host that is unreachable is dialed once more first.
 func (h *Host) Teardown(ctx context.Context) error {
+	if h.sshClient() == nil { // unreachable a moment ago: try once more
+		if err := h.Reconnect(ctx); err != nil {
+			return fmt.Errorf("host %s: stop agent: %w", h.Target.Name, err)
+		}
+	}
 	_, err := h.run(ctx, stopScript(h.Dir, h.Supervisor, true), nil)
 	cerr := h.Close()
 	if err != nil {
