@@ -77,10 +77,12 @@ func (a *agentSet) all() []*agentLink {
 // default, served on a unix socket in the data dir so the server drives it
 // through the same client as any remote agent.
 type localAgent struct {
-	agent *agent.Agent
-	gpus  gpu.Source
-	http  *http.Server
-	close func() error
+	// instance is the local host's instance id.
+	instance string
+	agent    *agent.Agent
+	gpus     gpu.Source
+	http     *http.Server
+	close    func() error
 }
 
 // startLocalAgent opens the runtime (Docker for jobs with an image and
@@ -139,7 +141,8 @@ func (s *Server) startLocalAgent(ctx context.Context) error {
 		return fmt.Errorf("local agent host info: %w", err)
 	}
 	s.log.Info().Str("runtime", a.RuntimeName()).Str("gpus", fmt.Sprint(len(host.Accelerators.Devices))).Msg("local agent started")
-	return s.registerInstance(ctx, localFleet, "local-"+sanitize(host.Hostname), "local", host, cl)
+	s.local.instance = "local-" + sanitize(host.Hostname)
+	return s.registerInstance(ctx, localFleet, s.local.instance, "local", host, cl)
 }
 
 // registerInstance records (or refreshes) a host of fleet and links its agent.

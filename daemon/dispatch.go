@@ -89,7 +89,7 @@ func (s *Server) runJob(ctx context.Context, id string) {
 	}
 	link := s.agents.get(j.Instance)
 	if link == nil || link.client == nil {
-		s.failJob(ctx, id, "the host "+j.Instance+" has no agent connected")
+		s.interruptJob(ctx, id, "the host "+j.Instance+" has no agent connected")
 		return
 	}
 	js, _ := decodeSpec[jobState](j)
@@ -156,7 +156,7 @@ func (s *Server) watch(id string, link *agentLink) {
 				return
 			}
 			if agentclient.IsNotFound(err) {
-				s.failJob(s.ctx, id, "the agent no longer has the job")
+				s.interruptJob(s.ctx, id, "the agent no longer has the job")
 				return
 			}
 			select {
@@ -177,10 +177,21 @@ func (s *Server) watch(id string, link *agentLink) {
 
 // failJob ends a job as failed with reason.
 func (s *Server) failJob(ctx context.Context, id, reason string) {
+	s.endFailed(ctx, id, reason, false)
+}
+
+// interruptJob ends a job its host lost as failed and interrupted (retry's
+// interruption event).
+func (s *Server) interruptJob(ctx context.Context, id, reason string) {
+	s.endFailed(ctx, id, reason, true)
+}
+
+func (s *Server) endFailed(ctx context.Context, id, reason string, interrupted bool) {
 	_ = s.updateJob(ctx, id, func(j *store.Record, js *jobState) (bool, []store.Mutation) {
 		if finishedJob(j.Status) {
 			return false, nil
 		}
+		js.Interrupted = interrupted
 		j.Status, j.Reason = store.JobFailed, reason
 		js.FinishedAt = time.Now().UTC()
 		return true, []store.Mutation{event(j.Project, store.KindJob, j.ID, j.Status, reason)}
@@ -213,6 +224,7 @@ func (s *Server) applyAgentStatus(ctx context.Context, st api.JobStatus) {
 			if st.Message != "" {
 				reason += ": " + st.Message
 			}
+			js.Interrupted = st.Reason == api.ExitLost
 		case api.JobTerminated:
 			if j.Reason == "" || j.Status != store.JobTerminating {
 				reason = "stopped"

@@ -40,6 +40,17 @@ func (s *Server) schedQueues() []sched.Queue {
 			q.Parent = queueID(r.Project, qs.Parent)
 		}
 		q.Quota = sched.Resources{int64(qs.Quota.GPU * 1000), int64(qs.Quota.CPU * 1000), int64(qs.Quota.Memory)}
+		// A queue that sets a gpu quota and no cpu or memory quota
+		// deserves unlimited cpu and memory (KAI's -1), so its GPU quota
+		// is usable by non-preemptible runs, which always request some
+		// cpu and memory. `gpud sim` scenarios keep 0 for an omitted quota.
+		if q.Quota[sched.GPU] > 0 {
+			for _, r := range []sched.Resource{sched.CPU, sched.Memory} {
+				if q.Quota[r] == 0 {
+					q.Quota[r] = sched.Unlimited
+				}
+			}
+		}
 		q.Limit = sched.Resources{sched.Unlimited, sched.Unlimited, sched.Unlimited}
 		if qs.Limit.GPU != nil {
 			q.Limit[sched.GPU] = int64(*qs.Limit.GPU * 1000)

@@ -121,16 +121,20 @@ func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].ID < jobs[b].ID })
 	counts := map[string]int{}
 	evicted, why := false, ""
-	var failed *store.Record
+	var failed, interrupted *store.Record
+	var notBefore time.Time
 	for i, j := range jobs {
 		counts[j.Status]++
 		js, _ := decodeSpec[jobState](j)
 		if js.Evicted && finishedJob(j.Status) {
 			evicted = true
 		}
-		if j.Status == store.JobFailed && failed == nil {
+		if j.Status == store.JobFailed && js.Interrupted && interrupted == nil {
+			interrupted = &jobs[i]
+		} else if j.Status == store.JobFailed && failed == nil {
 			failed = &jobs[i]
 		}
+		notBefore = later(notBefore, js.NotBefore)
 		if why == "" {
 			why = js.WhyPending
 		}
@@ -159,6 +163,11 @@ func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation
 			status = store.RunTerminated
 		case evicted:
 			return s.requeue(run, st, jobs, "requeued: a job was taken back by the scheduler ("+jobs[0].Reason+")")
+		case interrupted != nil:
+			if s.shouldRetry(&st, "interruption", now) {
+				return s.requeue(run, st, jobs, "retrying after an interruption: job "+interrupted.Name+" "+interrupted.Reason)
+			}
+			status, reason = store.RunFailed, "interrupted: job "+interrupted.Name+" "+interrupted.Reason
 		case failed != nil:
 			if s.shouldRetry(&st, "error", now) {
 				return s.requeue(run, st, jobs, "retrying after an error: "+failed.Reason)
@@ -171,6 +180,9 @@ func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation
 			if reason == "" {
 				reason = jobs[0].Reason
 			}
+		}
+		if len(st.Cron) > 0 && !st.Stop {
+			return s.requeueAtTick(run, st, jobs, "the last attempt ended "+status)
 		}
 		st.FinishedAt = now
 		js, _ := decodeSpec[jobState](jobs[0])
@@ -188,11 +200,26 @@ func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation
 			if left <= 0 {
 				return s.stopMutations(run, false, fmt.Sprintf("max_duration %s exceeded", st.MaxDuration))
 			}
-			s.wakeRunAt(run.ID, left)
+			s.wakeRunAt(run.ID, "max_duration", left)
+		}
+		if st.UtilWindow > 0 {
+			s.watchUtilization(run.ID, st.MinGPUUtil, st.UtilWindow)
+		}
+		if st.Inactivity > 0 {
+			s.watchInactivity(run.ID, st.Inactivity)
 		}
 	case counts[store.JobProvisioning]+counts[store.JobPulling]+counts[store.JobRunning] > 0:
 		status, reason = store.RunProvisioning, "starting on its hosts"
+	case counts[store.JobSubmitted] == len(jobs) && len(jobs) > 0 && notBefore.After(s.clock().Now()):
+		status, reason = store.RunPending, "scheduled: next start at "+notBefore.Format(time.RFC3339)
+		s.wakeAtTick(run.ID, notBefore)
 	case counts[store.JobSubmitted] > 0 && why != "":
+		if deadline, ok := noCapacityDeadline(st, jobs); ok {
+			if !now.Before(deadline) {
+				return s.failNoCapacity(run, st, jobs, why, now)
+			}
+			s.wakeRunAt(run.ID, "no-capacity", deadline.Sub(now))
+		}
 		status, reason = store.RunPending, why
 	}
 	if status == run.Status && reason == run.Reason && st.StartedAt.Equal(mustRunState(run).StartedAt) {
@@ -231,6 +258,12 @@ func (s *Server) shouldRetry(st *runState, ev string, now time.Time) bool {
 // requeue starts a new attempt of the run: fresh jobs (status submitted)
 // with the same specs; the old attempt's jobs stay as history.
 func (s *Server) requeue(run store.Record, st runState, jobs []store.Record, reason string) []store.Mutation {
+	return s.requeueWith(run, st, jobs, reason, time.Time{})
+}
+
+// requeueWith is requeue whose new jobs wait for notBefore (a cron tick;
+// zero: none).
+func (s *Server) requeueWith(run store.Record, st runState, jobs []store.Record, reason string, notBefore time.Time) []store.Mutation {
 	st.Attempt++
 	st.StartedAt = time.Time{}
 	run.Status, run.Reason, run.Spec = store.RunSubmitted, reason, encodeSpec(st)
@@ -243,19 +276,22 @@ func (s *Server) requeue(run store.Record, st runState, jobs []store.Record, rea
 		nj.ID = fmt.Sprintf("%s-%d-%d-a%d", run.ID, js.ReplicaNum, js.NodeRank, st.Attempt)
 		js.Spec.ID, js.Attempt, js.Devices, js.ExitCode, js.Evicted = nj.ID, st.Attempt, nil, nil, false
 		js.Ports, js.StartedAt, js.FinishedAt, js.BoundAt, js.SubmittedAt, js.WhyPending = nil, time.Time{}, time.Time{}, time.Time{}, now, ""
+		js.Interrupted, js.NotBefore = false, notBefore
 		nj.Spec = encodeSpec(js)
 		muts = append(muts, store.Create(nj))
 	}
 	return muts
 }
 
-// wakeRunAt reconciles the run again after d (max_duration).
-func (s *Server) wakeRunAt(id string, d time.Duration) {
-	if !s.working.claim("timer/" + id) {
+// wakeRunAt reconciles the run again after d, once per run and purpose
+// (max_duration, no-capacity).
+func (s *Server) wakeRunAt(id, purpose string, d time.Duration) {
+	key := "timer/" + purpose + "/" + id
+	if !s.working.claim(key) {
 		return
 	}
 	time.AfterFunc(d, func() {
-		s.working.release("timer/" + id)
+		s.working.release(key)
 		if s.ctx.Err() == nil {
 			s.reconcileRun(s.ctx, id)
 		}
@@ -311,7 +347,7 @@ func (s *Server) adoptJobs(ctx context.Context) {
 			case store.JobTerminating:
 				s.endStopped(ctx, j.ID, "the agent no longer had it")
 			default:
-				s.failJob(ctx, j.ID, "the agent no longer has the job (lost while the server was down)")
+				s.interruptJob(ctx, j.ID, "the agent no longer has the job (lost while the server was down)")
 			}
 		}
 	}

@@ -44,6 +44,17 @@ type runState struct {
 	// MasterDone is set when stop_criteria master-done stopped the
 	// workers because the master (node rank 0) ended.
 	MasterDone bool `json:"master_done,omitempty"`
+	// Cron is the run's schedule (UTC): each attempt waits for the next
+	// tick, and a finished attempt is resubmitted for the tick after.
+	Cron []string `json:"cron,omitempty"`
+	// MinGPUUtil and UtilWindow are the utilization_policy: the run stops
+	// once every GPU of one of its jobs stayed below MinGPUUtil percent for
+	// UtilWindow.
+	MinGPUUtil int           `json:"min_gpu_util,omitempty"`
+	UtilWindow time.Duration `json:"util_window,omitempty"`
+	// Inactivity is a dev environment's inactivity_duration: it stops
+	// once no client was attached for that long.
+	Inactivity time.Duration `json:"inactivity,omitempty"`
 }
 
 // jobState is what the server keeps in a job record's Spec.
@@ -70,6 +81,13 @@ type jobState struct {
 	Evicted bool `json:"evicted,omitempty"`
 	// Abort marks a stop that skips the grace period.
 	Abort bool `json:"abort,omitempty"`
+	// Interrupted marks a job its host lost (the agent no longer has it,
+	// its exit is unknown, or its host has no agent): retry's
+	// interruption event.
+	Interrupted bool `json:"interrupted,omitempty"`
+	// NotBefore holds a scheduled (cron) job back from the scheduler
+	// until that time.
+	NotBefore time.Time `json:"not_before,omitzero"`
 }
 
 // taskRequest is one job's resource request in scheduler units.

@@ -181,6 +181,9 @@ func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 		rs := cachedSpecOf[runState](&s.specs, run)
 		jobs := byRun[run.ID]
 		sort.Slice(jobs, func(a, b int) bool { return jobs[a].ID < jobs[b].ID })
+		if nb := cachedSpecOf[jobState](&s.specs, jobs[0]).NotBefore; !nb.IsZero() && nb.After(s.clock().Now()) {
+			continue // a cron run waits for its tick
+		}
 		// A service's replicas are scheduled one by one; a task's nodes
 		// are one gang.
 		groups := [][]store.Record{jobs}

@@ -98,6 +98,19 @@ func (s *Server) buildRun(project, user string, req api.ApplyRunRequest, cfg *ap
 			st.RetryFor = spec.Retry.Duration.Value
 		}
 	}
+	if spec.UtilizationPolicy != nil && !spec.UtilizationPolicy.TimeWindow.Off {
+		st.MinGPUUtil, st.UtilWindow = spec.UtilizationPolicy.MinGPUUtilization, spec.UtilizationPolicy.TimeWindow.Value
+	}
+	if d := cfg.DevEnvironment; d != nil && d.InactivityDuration != nil && !d.InactivityDuration.Off {
+		st.Inactivity = d.InactivityDuration.Value
+	}
+	var notBefore time.Time
+	if spec.Schedule != nil && len(spec.Schedule.Cron) > 0 {
+		st.Cron = spec.Schedule.Cron
+		if notBefore, err = nextTick(st.Cron, s.clock().Now()); err != nil {
+			return nil, badField("configuration.schedule.cron", "%v", err)
+		}
+	}
 	if cfg.Task != nil && cfg.Task.StartupOrder != api.StartupAny {
 		st.StartupOrder = cfg.Task.StartupOrder
 	}
@@ -158,7 +171,7 @@ func (s *Server) buildRun(project, user string, req api.ApplyRunRequest, cfg *ap
 		js.Cluster = api.JobCluster{NodeRank: n.rank, NodesNum: len(nodes)}
 		sealed, _ := json.Marshal(sealedJob{Env: env, RegistryAuth: js.RegistryAuth})
 		js.RegistryAuth = nil
-		jst := jobState{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: len(nodes), Request: requestOf(n.res), Spec: js, SubmittedAt: now}
+		jst := jobState{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: len(nodes), Request: requestOf(n.res), Spec: js, SubmittedAt: now, NotBefore: notBefore}
 		sub.jobs = append(sub.jobs, store.Record{
 			Kind: store.KindJob, ID: jobID, Project: project, Run: runID, Name: fmt.Sprintf("%s-%d-%d", name, n.replica, n.rank),
 			Status: store.JobSubmitted, Queue: queueID(project, queue), User: user, Reason: "submitted",

@@ -1,0 +1,280 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"gpud.dev/gpud/store"
+)
+
+// Clock is the time source of the run timers that follow a calendar (cron
+// schedule ticks). Implementations must be safe for concurrent use.
+type Clock interface {
+	// Now is the current time.
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has passed on this clock.
+	AfterFunc(d time.Duration, f func())
+}
+
+// wallClock is the default Clock.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                      { return time.Now() }
+func (wallClock) AfterFunc(d time.Duration, f func()) { time.AfterFunc(d, f) }
+
+func (s *Server) clock() Clock {
+	if s.opts.Clock != nil {
+		return s.opts.Clock
+	}
+	return wallClock{}
+}
+
+// nextTick is the earliest tick after t of any of the cron expressions,
+// read in UTC.
+func nextTick(exprs []string, t time.Time) (time.Time, error) {
+	var next time.Time
+	for _, e := range exprs {
+		sc, err := cron.ParseStandard("CRON_TZ=UTC " + e)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("cron %q: %w", e, err)
+		}
+		if n := sc.Next(t); !n.IsZero() && (next.IsZero() || n.Before(next)) {
+			next = n
+		}
+	}
+	if next.IsZero() {
+		return time.Time{}, fmt.Errorf("cron %v never fires", exprs)
+	}
+	return next.UTC(), nil
+}
+
+// wakeAtTick reconciles the run and wakes the scheduler once the clock
+// reaches t (a cron tick).
+func (s *Server) wakeAtTick(id string, t time.Time) {
+	key := "tick/" + id + "/" + t.Format(time.RFC3339)
+	if !s.working.claim(key) {
+		return
+	}
+	c := s.clock()
+	c.AfterFunc(t.Sub(c.Now()), func() {
+		s.working.release(key)
+		if s.ctx.Err() == nil {
+			s.reconcileRun(s.ctx, id)
+			kick(s.schedWake)
+		}
+	})
+}
+
+// hasEvent reports whether the run retries on the event.
+func (st runState) hasEvent(ev string) bool { return slices.Contains(st.RetryEvents, ev) }
+
+// noCapacityDeadline is when a run whose jobs are all still unplaced fails
+// with no_capacity: retry on no-capacity with a duration, counted from the
+// attempt's submission (or its cron tick). Without that policy a run waits
+// pending, as a queued workload does on a KAI-scheduled cluster.
+func noCapacityDeadline(st runState, jobs []store.Record) (time.Time, bool) {
+	if !st.hasEvent("no-capacity") || st.RetryFor <= 0 || len(jobs) == 0 {
+		return time.Time{}, false
+	}
+	var from time.Time
+	for _, j := range jobs {
+		if j.Status != store.JobSubmitted || j.Instance != "" {
+			return time.Time{}, false
+		}
+		js, _ := decodeSpec[jobState](j)
+		from = later(from, later(js.SubmittedAt, js.NotBefore))
+	}
+	return from.Add(st.RetryFor), true
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// failNoCapacity ends an attempt nobody could place within its retry
+// duration: its jobs and the run fail with reason no_capacity (a cron run
+// waits for its next tick instead).
+func (s *Server) failNoCapacity(run store.Record, st runState, jobs []store.Record, why string, now time.Time) []store.Mutation {
+	reason := fmt.Sprintf("no_capacity: still not placed after the retry duration %s (%s)", st.RetryFor, why)
+	var muts []store.Mutation
+	for _, j := range jobs {
+		js, _ := decodeSpec[jobState](j)
+		js.FinishedAt, js.WhyPending = now, ""
+		j.Status, j.Reason, j.Spec = store.JobFailed, reason, encodeSpec(js)
+		muts = append(muts, store.Update(j), event(j.Project, store.KindJob, j.ID, j.Status, reason))
+	}
+	if len(st.Cron) > 0 {
+		return append(muts, s.requeueAtTick(run, st, jobs, reason)...)
+	}
+	st.FinishedAt = now
+	run.Status, run.Reason, run.Spec = store.RunFailed, reason, encodeSpec(st)
+	return append(muts, store.Update(run), event(run.Project, store.KindRun, run.ID, run.Status, reason))
+}
+
+// requeueAtTick resubmits a cron run's jobs for its next tick.
+func (s *Server) requeueAtTick(run store.Record, st runState, jobs []store.Record, why string) []store.Mutation {
+	next, err := nextTick(st.Cron, s.clock().Now())
+	if err != nil {
+		st.FinishedAt = time.Now().UTC()
+		run.Status, run.Reason, run.Spec = store.RunFailed, err.Error(), encodeSpec(st)
+		return []store.Mutation{store.Update(run), event(run.Project, store.KindRun, run.ID, run.Status, run.Reason)}
+	}
+	st.FirstFailedAt = time.Time{}
+	return s.requeueWith(run, st, jobs, fmt.Sprintf("scheduled: next start at %s (%s)", next.Format(time.RFC3339), why), next)
+}
+
+// pollEvery is a watcher's sampling period for a policy window d.
+func pollEvery(d time.Duration) time.Duration {
+	return min(max(d/4, 100*time.Millisecond), 10*time.Second)
+}
+
+// runWatcher calls check every period while the run is running, until
+// check returns a stop reason (the run is then stopped) or the run ends.
+func (s *Server) runWatcher(kind, id string, period time.Duration, check func(run store.Record, jobs []store.Record, now time.Time) string) {
+	key := kind + "/" + id
+	if !s.working.claim(key) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.working.release(key)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-tick.C:
+			}
+			run, err := s.store.Runs().Get(id)
+			if err != nil || run.Status != store.RunRunning {
+				return
+			}
+			st := cachedSpecOf[runState](&s.specs, run)
+			var jobs []store.Record
+			for _, j := range s.store.Jobs().ByRun(id) {
+				if cachedSpecOf[jobState](&s.specs, j).Attempt == st.Attempt && j.Status == store.JobRunning {
+					jobs = append(jobs, j)
+				}
+			}
+			reason := check(run, jobs, time.Now())
+			if reason == "" {
+				continue
+			}
+			if _, err := s.store.Apply(s.ctx, s.stopMutations(run, false, reason)...); err == nil || s.ctx.Err() != nil {
+				return
+			}
+			// A conflict: the next tick looks again.
+		}
+	}()
+}
+
+// watchUtilization enforces utilization_policy from the agents' per-job
+// metrics: the run stops with reason low_gpu_utilization once every GPU of
+// one of its jobs read below the minimum in every sample of a whole time
+// window. A job whose agent reports no GPU samples is not judged.
+func (s *Server) watchUtilization(id string, minPct int, window time.Duration) {
+	below := map[string]time.Time{} // job -> first sample of its current low streak
+	s.runWatcher("util", id, pollEvery(window), func(_ store.Record, jobs []store.Record, now time.Time) string {
+		for _, j := range jobs {
+			l := s.agents.get(j.Instance)
+			if l == nil || l.client == nil {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+			m, err := l.client.Metrics(ctx, j.ID)
+			cancel()
+			low := err == nil && len(m.GPUs) > 0
+			for _, g := range m.GPUs {
+				low = low && g.Utilization < minPct
+			}
+			if !low {
+				delete(below, j.ID)
+				continue
+			}
+			if below[j.ID].IsZero() {
+				below[j.ID] = now
+			}
+			if now.Sub(below[j.ID]) >= window {
+				return fmt.Sprintf("low_gpu_utilization: every GPU of job %s stayed below %d%% for %s (utilization_policy)", j.Name, minPct, window)
+			}
+		}
+		return ""
+	})
+}
+
+// watchInactivity enforces a dev environment's inactivity_duration. The
+// signal is attachment: an established TCP connection to one of the job's
+// published ports on its host (gpud attach, an IDE, a browser), read from
+// /proc/net/tcp{,6} for jobs on the server's own host. Jobs on other hosts
+// are not judged (their agents do not report connections yet).
+func (s *Server) watchInactivity(id string, d time.Duration) {
+	var lastAttached time.Time
+	s.runWatcher("inactivity", id, pollEvery(d), func(_ store.Record, jobs []store.Record, now time.Time) string {
+		if lastAttached.IsZero() {
+			lastAttached = now
+		}
+		for _, j := range jobs {
+			if s.local == nil || j.Instance != s.local.instance {
+				return ""
+			}
+			var ports []int
+			for _, p := range cachedSpecOf[jobState](&s.specs, j).Ports {
+				if p.Host != 0 {
+					ports = append(ports, p.Host)
+				}
+			}
+			if attachedConnections(ports) > 0 {
+				lastAttached = now
+			}
+		}
+		if now.Sub(lastAttached) >= d {
+			return fmt.Sprintf("inactivity_duration %s: no client attached since %s", d, lastAttached.UTC().Format(time.RFC3339))
+		}
+		return ""
+	})
+}
+
+// attachedConnections counts the established TCP connections whose local
+// port is one of ports, in this host's network namespace.
+func attachedConnections(ports []int) int {
+	if len(ports) == 0 {
+		return 0
+	}
+	n := 0
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		f, err := os.Open(file)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			// sl local_address rem_address st ...; st 01 is ESTABLISHED.
+			fs := strings.Fields(sc.Text())
+			if len(fs) < 4 || fs[3] != "01" {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(fs[1], ":")
+			if !ok {
+				continue
+			}
+			if p, err := strconv.ParseUint(hexPort, 16, 16); err == nil && slices.Contains(ports, int(p)) {
+				n++
+			}
+		}
+		f.Close()
+	}
+	return n
+}
