@@ -152,3 +152,43 @@ func TestSSHFleetHostFailuresBecomeInstanceEvents(t *testing.T) {
 	hosts[0].Kill(t)
 	event(sanitize(hosts[0].IP), "unreachable")
 }
+
+// BenchmarkApplySSHFleetThreeHostsReady measures issue 7's figure: from
+// `POST fleets/apply` (what `gpud apply fleet.yml` sends) to all three
+// hosts listed as instances with their GPUs. Fresh hosts each round: the
+// binary is uploaded to all three.
+//
+//	go test -run '^$' -bench ApplySSHFleetThreeHostsReady -benchtime 3x ./daemon/
+func BenchmarkApplySSHFleetThreeHostsReady(b *testing.B) {
+	bin := os.Getenv(testutil.StaticGpudEnv)
+	if bin == "" {
+		var err error
+		if bin, err = testutil.BuildStaticGpud(b.TempDir()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	image := testutil.SSHDImage(b)
+	var total time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		nw := testutil.NewDockerNetwork(b)
+		key := testutil.NewClientKey(b, b.TempDir())
+		hosts := []*testutil.SSHD{testutil.StartSSHD(b, image, nw, key.Public), testutil.StartSSHD(b, image, nw, key.Public), testutil.StartSSHD(b, image, nw, key.Public)}
+		ts := startServerWith(b, Options{Runtime: "process", AgentBinary: bin,
+			SSHAgentArgs: []string{"--runtime", "process", "--fake-gpus", "8xH100:80GB"}})
+		b.StartTimer()
+		start := time.Now()
+		ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply",
+			api.ApplyRequest{ConfigurationYAML: sshFleetYAML(key.IdentityFile, hosts...)}, nil)
+		for {
+			var fleet api.Fleet
+			ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/fleets/lab", nil, &fleet)
+			if len(fleet.Instances) == 3 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		total += time.Since(start)
+	}
+	b.ReportMetric(total.Seconds()/float64(b.N), "s-apply-to-3-ready")
+}
