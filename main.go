@@ -89,6 +89,7 @@ func commands() []*cli.Command {
 		eventsCommand(),
 		loginCommand(),
 		adminCommand(),
+		fleetCommand(),
 	}
 }
 

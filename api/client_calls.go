@@ -204,6 +204,19 @@ func (c *Client) DeleteFleet(ctx context.Context, project, fleet string) error {
 	return c.del(ctx, projectPath(project, "/fleets/"+url.PathEscape(fleet)), nil)
 }
 
+// IssueRegistrationToken creates a token with which `gpud agent --server`
+// hosts join fleet; its Token is returned only here.
+func (c *Client) IssueRegistrationToken(ctx context.Context, project, fleet string) (RegistrationToken, error) {
+	var t RegistrationToken
+	return t, c.post(ctx, projectPath(project, "/fleets/"+url.PathEscape(fleet)+"/tokens"), nil, &t)
+}
+
+// RevokeRegistrationToken revokes a fleet's registration token and
+// disconnects the hosts registered with it.
+func (c *Client) RevokeRegistrationToken(ctx context.Context, project, fleet, id string) error {
+	return c.del(ctx, projectPath(project, "/fleets/"+url.PathEscape(fleet)+"/tokens/"+url.PathEscape(id)), nil)
+}
+
 // ListInstances returns the hosts the project's runs can be placed on.
 func (c *Client) ListInstances(ctx context.Context, project string) ([]Instance, error) {
 	var is []Instance

@@ -49,6 +49,8 @@ import (
 //	GET    /api/v1/projects/{project}/fleets           member   -                  []Fleet (the project's and shared ones)
 //	GET    /api/v1/projects/{project}/fleets/{fleet}   member   -                  Fleet
 //	DELETE /api/v1/projects/{project}/fleets/{fleet}   manager  -                  204 (403 for shared fleets)
+//	POST   /api/v1/projects/{project}/fleets/{fleet}/tokens       manager  -  RegistrationToken (201; token shown once)
+//	DELETE /api/v1/projects/{project}/fleets/{fleet}/tokens/{id}  manager  -  204 (revoked; its tunnels dropped)
 //	GET    /api/v1/projects/{project}/instances        member   -                  []Instance
 //	GET    /api/v1/projects/{project}/offers           member   ?gpu=H100:2&cpu=4..&memory=16GB..  []Offer
 //	POST   /api/v1/projects/{project}/queues/apply     manager  ApplyRequest       Queue
@@ -328,6 +330,15 @@ type Fleet struct {
 	Configuration json.RawMessage `json:"configuration,omitempty"`
 	Instances     []Instance      `json:"instances"`
 	CreatedAt     time.Time       `json:"created_at"`
+}
+
+// RegistrationToken is a fleet's token for bare-metal registration
+// (`gpud agent --server URL --token T`). Token is set only in the answer
+// that issued it; the server keeps its hash.
+type RegistrationToken struct {
+	ID    string `json:"id"`
+	Fleet string `json:"fleet"`
+	Token string `json:"token,omitempty"`
 }
 
 // Instance is one host runs are placed on.

@@ -48,13 +48,6 @@ type regTokenRecord struct {
 	Revoked bool   `json:"revoked,omitempty"`
 }
 
-// RegistrationToken is the answer to issuing a token; Token is shown once.
-type RegistrationToken struct {
-	ID    string `json:"id"`
-	Fleet string `json:"fleet"`
-	Token string `json:"token,omitempty"`
-}
-
 func regTokenKey(hash string) string { return "registration/tokens/" + hash }
 func regIDKey(id string) string      { return "registration/ids/" + id }
 
@@ -103,6 +96,7 @@ func (s *Server) startRegistration() error {
 			if _, err := s.store.Apply(context.WithoutCancel(s.ctx), event(f.Project, store.KindInstance, tunnelInstanceID(a), "unreachable", "registration tunnel closed")); err != nil {
 				s.log.Warn().Err(err).Str("host", a.Host).Msg("record tunnel event")
 			}
+			s.setInstanceHealth(tunnelInstanceID(a), "unreachable: registration tunnel closed")
 		},
 	}
 	mux := http.NewServeMux()
@@ -207,7 +201,7 @@ func (s *Server) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Req
 		event(project, store.KindFleet, f.ID, "token_issued", "registration token "+rec.ID+" issued by "+c.name)); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, RegistrationToken{ID: rec.ID, Fleet: f.Name, Token: token})
+	writeJSON(w, http.StatusCreated, api.RegistrationToken{ID: rec.ID, Fleet: f.Name, Token: token})
 	return nil
 }
 

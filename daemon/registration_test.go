@@ -43,7 +43,7 @@ func TestRegisteredAgentJoinsItsFleetUntilTheTokenIsRevoked(t *testing.T) {
 	ts := startServerWith(t, Options{Runtime: "process", RegistrationListen: "127.0.0.1:0"})
 	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply",
 		api.ApplyRequest{ConfigurationYAML: "type: fleet\nname: metal\nnodes: 0..4\n"}, nil)
-	var tok RegistrationToken
+	var tok api.RegistrationToken
 	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/fleets/metal/tokens", nil, &tok)
 	ca := filepath.Join(ts.opts.DataDir, RegistrationCAFile)
 	agent := func() (*exec.Cmd, *syncBuffer) {

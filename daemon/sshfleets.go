@@ -159,11 +159,12 @@ func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
 	s.ssh.mu.Unlock()
 	s.sshEvent(h, "ready", fmt.Sprintf("agent ready over SSH (%s, %d GPUs)", host.Arch, len(host.Info.Accelerators.Devices)))
 	host.Monitor(ctx, s.opts.SSHHealth, func(st sshfleet.Health, err error) {
-		reason := "reachable again"
+		reason, health := "reachable again", ""
 		if err != nil {
-			reason = err.Error()
+			reason, health = err.Error(), "unreachable: "+err.Error()
 		}
 		s.sshEvent(h, string(st), reason)
+		s.setInstanceHealth(h.instance, health)
 	})
 }
 
@@ -171,6 +172,19 @@ func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
 func (s *Server) sshEvent(h *sshHost, status, reason string) {
 	if _, err := s.store.Apply(context.WithoutCancel(s.ctx), event(h.project, store.KindInstance, h.instance, status, reason)); err != nil {
 		s.log.Warn().Err(err).Str("instance", h.instance).Msg("record ssh host event")
+	}
+}
+
+// setInstanceHealth puts a host's health problem in its instance's reason
+// ("" when healthy), which `gpud fleet list` shows.
+func (s *Server) setInstanceHealth(instance, problem string) {
+	rec, err := s.store.Instances().Get(instance)
+	if err != nil || rec.Reason == problem {
+		return
+	}
+	rec.Reason = problem
+	if _, err := s.store.Apply(context.WithoutCancel(s.ctx), store.Put(rec)); err != nil {
+		s.log.Warn().Err(err).Str("instance", instance).Msg("record host health")
 	}
 }
 

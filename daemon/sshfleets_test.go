@@ -151,6 +151,17 @@ func TestSSHFleetHostFailuresBecomeInstanceEvents(t *testing.T) {
 	event(sanitize(hosts[0].IP), "ready")
 	hosts[0].Kill(t)
 	event(sanitize(hosts[0].IP), "unreachable")
+	// `gpud fleet list` shows it through the instance's reason.
+	testutil.Eventually(t, 10*time.Second, func() error {
+		var fleet api.Fleet
+		ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/fleets/lab", nil, &fleet)
+		for _, in := range fleet.Instances {
+			if in.Hostname == hosts[0].Name && strings.HasPrefix(in.Reason, "unreachable: ") {
+				return nil
+			}
+		}
+		return testutil.Errorf("no unreachable instance in %+v", fleet.Instances)
+	})
 }
 
 // BenchmarkApplySSHFleetThreeHostsReady measures issue 7's figure: from

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"gpud.dev/gpud/api"
+)
+
+// fleetCommand is `gpud fleet`: list fleets with their hosts, delete a
+// fleet (its SSH hosts' agents are stopped and removed), and issue or
+// revoke registration tokens for `gpud agent --server`.
+func fleetCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "fleet",
+		Usage: "list fleets and their hosts, delete fleets, issue and revoke registration tokens",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "list",
+				Usage: "list fleets with each host's backend, status, accelerators, free capacity and health",
+				Flags: clientFlags(jsonFlag()),
+				Action: func(c *cli.Context) error {
+					cl, t, err := connect(c)
+					if err != nil {
+						return err
+					}
+					fs, err := cl.ListFleets(c.Context, t.Project)
+					if err != nil {
+						return fmt.Errorf("fleet list: %w", err)
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, fs)
+					}
+					return printFleets(c.App.Writer, fs, time.Now())
+				},
+			},
+			{
+				Name:      "delete",
+				Usage:     "delete a fleet with no jobs; the agents its SSH hosts run are stopped and removed",
+				ArgsUsage: "FLEET",
+				Flags:     clientFlags(),
+				Action: func(c *cli.Context) error {
+					name, err := oneArg(c, "fleet")
+					if err != nil {
+						return err
+					}
+					cl, t, err := connect(c)
+					if err != nil {
+						return err
+					}
+					if err := cl.DeleteFleet(c.Context, t.Project, name); err != nil {
+						return fmt.Errorf("fleet delete: %w", err)
+					}
+					fmt.Fprintf(c.App.Writer, "fleet %s deleted\n", name)
+					return nil
+				},
+			},
+			{
+				Name:      "token",
+				Usage:     "issue a registration token: hosts that run gpud agent --server URL --token TOKEN join FLEET",
+				ArgsUsage: "FLEET",
+				Flags:     clientFlags(jsonFlag()),
+				Action: func(c *cli.Context) error {
+					name, err := oneArg(c, "fleet")
+					if err != nil {
+						return err
+					}
+					cl, t, err := connect(c)
+					if err != nil {
+						return err
+					}
+					tok, err := cl.IssueRegistrationToken(c.Context, t.Project, name)
+					if err != nil {
+						return fmt.Errorf("fleet token: %w", err)
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, tok)
+					}
+					fmt.Fprintf(c.App.Writer, "Registration token %s for fleet %s (shown once; only its hash is stored):\n  %s\n"+
+						"On each host: gpud agent --server https://SERVER:PORT --token %s [--server-ca registration-ca.pem]\n"+
+						"Revoke with: gpud fleet revoke %s %s\n", tok.ID, name, tok.Token, tok.Token, name, tok.ID)
+					return nil
+				},
+			},
+			{
+				Name:      "revoke",
+				Usage:     "revoke a registration token; hosts registered with it are disconnected and cannot come back",
+				ArgsUsage: "FLEET TOKEN_ID",
+				Flags:     clientFlags(),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 2 {
+						return usageError(fmt.Errorf("fleet revoke: give the fleet and the token id, like gpud fleet revoke FLEET ID"))
+					}
+					cl, t, err := connect(c)
+					if err != nil {
+						return err
+					}
+					if err := cl.RevokeRegistrationToken(c.Context, t.Project, c.Args().Get(0), c.Args().Get(1)); err != nil {
+						return fmt.Errorf("fleet revoke: %w", err)
+					}
+					fmt.Fprintf(c.App.Writer, "token %s revoked\n", c.Args().Get(1))
+					return nil
+				},
+			},
+		},
+	}
+}
+
+// printFleets prints one row per host (a fleet without hosts gets one
+// row of its own), so hosts, their accelerators, what is free on them and
+// their health read at a glance.
+func printFleets(w io.Writer, fs []api.Fleet, now time.Time) error {
+	tb := newTable(w, "FLEET", "HOST", "BACKEND", "STATUS", "GPUS", "FREE GPUS", "CPUS", "MEMORY", "HEALTH")
+	for _, f := range fs {
+		if len(f.Instances) == 0 {
+			tb.row(f.Name, "-", "-", f.Status, "-", "-", "-", "-", "-")
+			continue
+		}
+		for _, in := range f.Instances {
+			gpus := "-"
+			if in.Resources.GPUs > 0 {
+				gpus = fmt.Sprintf("%g×%s", in.Resources.GPUs, orDash(in.Resources.GPUName))
+				if in.Resources.GPUMemory > 0 {
+					gpus += ":" + humanSize(in.Resources.GPUMemory)
+				}
+			}
+			tb.row(f.Name, orDash(in.Hostname), orDash(in.Backend), in.Status, gpus, fmt.Sprintf("%g", in.Free.GPUs),
+				fmt.Sprintf("%g", in.Resources.CPUs), humanSize(in.Resources.Memory), instanceHealth(in, now))
+		}
+	}
+	return tb.flush()
+}
+
+// instanceHealth is the host's reason when it has one (unreachable, ...),
+// else when the server last heard from it.
+func instanceHealth(in api.Instance, now time.Time) string {
+	if in.Reason != "" {
+		return strings.SplitN(in.Reason, "\n", 2)[0]
+	}
+	if in.LastHeartbeat.IsZero() {
+		return "ok"
+	}
+	return "ok, seen " + ago(now, in.LastHeartbeat)
+}
