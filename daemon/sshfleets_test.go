@@ -43,7 +43,8 @@ func sshFleetYAML(identity string, hosts ...*testutil.SSHD) string {
 // TestSSHFleetApplyProvisionsReappliesAndDeletesHosts drives the server's
 // SSH fleet wiring through its HTTP API against three real sshd hosts:
 // apply provisions all three (agents reached through SSH report their
-// fake GPUs as instances), re-applying without one tears that host down,
+// fake GPUs as instances), a GPU task runs on one of them through SSH,
+// re-applying without one tears that host down,
 // and deleting the fleet removes the agents from the rest.
 func TestSSHFleetApplyProvisionsReappliesAndDeletesHosts(t *testing.T) {
 	bin := staticGpud(t)
@@ -89,6 +90,20 @@ func TestSSHFleetApplyProvisionsReappliesAndDeletesHosts(t *testing.T) {
 			t.Errorf("host key of %s not pinned: %v", h.Addr(), err)
 		}
 	}
+
+	// A GPU task can only go to an SSH host (the local agent has none):
+	// the server starts it through SSH and reads its exit the same way.
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/runs/apply",
+		yamlApply("type: task\nname: on-ssh\ncommands: [hostname]\nresources:\n  gpu: 1\n"), nil)
+	testutil.Eventually(t, 60*time.Second, func() error {
+		var run api.Run
+		ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/runs/on-ssh", nil, &run)
+		if run.Status != "done" || len(run.Jobs) != 1 || !strings.Contains(run.Jobs[0].Instance, "lab") {
+			return testutil.Errorf("run %s, jobs %+v; want done on an ssh host", run.Status, run.Jobs)
+		}
+		return nil
+	})
+	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/projects/main/runs/on-ssh", nil, nil)
 
 	apply(sshFleetYAML(key.IdentityFile, hosts[0], hosts[1]))
 	instances(2)
