@@ -79,14 +79,28 @@ func TestQueueWithOnlyAGPUQuotaAdmitsNonPreemptibleRuns(t *testing.T) {
 func TestRetryOnNoCapacity(t *testing.T) {
 	ts := startServer(t, "2xH100:80GB")
 	big := "type: task\nname: %s\ncommands: [sleep 300]\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n  gpu: 8\n%s"
-	ts.submit(fmt.Sprintf(big, "waits", ""))
-	ts.submit(fmt.Sprintf(big, "gives-up", "retry:\n  on_events: [no-capacity]\n  duration: 2s\n"))
-	r := ts.waitRun("gives-up", "failed", "no_capacity:", 20*time.Second)
-	if len(r.Jobs) != 1 || r.Jobs[0].Status != "failed" {
-		t.Fatalf("the unplaced job should fail with its run: %+v", r.Jobs)
+	cases := []struct {
+		name, retry, status, reason string
+	}{
+		{"without-retry-waits-pending", "", "pending", ""},
+		{"retry-no-capacity-fails-after-duration", "retry:\n  on_events: [no-capacity]\n  duration: 2s\n", "failed", "no_capacity:"},
+		{"retry-on-errors-only-waits-pending", "retry:\n  on_events: [error]\n  duration: 2s\n", "pending", ""},
 	}
-	if w := ts.getRun("waits"); w.Status != "pending" || w.WhyPending == "" {
-		t.Fatalf("a run without retry should wait pending with a reason, got %s (%s)", w.Status, w.Reason)
+	for _, c := range cases {
+		ts.submit(fmt.Sprintf(big, c.name, c.retry))
+	}
+	// Past the 2s duration, every run is where its policy puts it.
+	time.Sleep(3 * time.Second)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := ts.waitRun(c.name, c.status, c.reason, 20*time.Second)
+			if c.status == "pending" && r.WhyPending == "" {
+				t.Fatalf("a waiting run should say why: %+v", r)
+			}
+			if c.status == "failed" && (len(r.Jobs) != 1 || r.Jobs[0].Status != "failed") {
+				t.Fatalf("the unplaced job should fail with its run: %+v", r.Jobs)
+			}
+		})
 	}
 }
 
@@ -122,26 +136,38 @@ func killShim(t *testing.T, dataDir, jobID string) {
 
 // TestRetryOnInterruption: when the host loses a running job (its shim is
 // killed, the exit is unknown), a run with `retry: {on_events:
-// [interruption]}` runs again as a new attempt; one without fails with
-// reason interrupted.
+// [interruption]}` runs again as a new attempt; one without, or with retry
+// on errors only, fails with reason interrupted.
 func TestRetryOnInterruption(t *testing.T) {
 	dir := t.TempDir()
-	ts := startServerWith(t, Options{FakeGPUs: "2xH100:80GB", Runtime: "process", DataDir: dir})
+	ts := startServerWith(t, Options{FakeGPUs: "4xH100:80GB", Runtime: "process", DataDir: dir})
 	task := "type: task\nname: %s\ncommands: [sleep 300]\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n  gpu: 1\n%s"
-	ts.submit(fmt.Sprintf(task, "resumes", "retry:\n  on_events: [interruption]\n  duration: 1h\n"))
-	ts.submit(fmt.Sprintf(task, "fails", ""))
-	for _, name := range []string{"resumes", "fails"} {
-		r := ts.waitRun(name, "running", "", 30*time.Second)
+	cases := []struct {
+		name, retry, status, reason string
+		attempt                     int
+	}{
+		{"retry-interruption-runs-again", "retry:\n  on_events: [interruption]\n  duration: 1h\n", "running", "", 1},
+		{"without-retry-fails-interrupted", "", "failed", "interrupted: ", 0},
+		{"retry-on-errors-only-fails-interrupted", "retry:\n  on_events: [error]\n", "failed", "interrupted: ", 0},
+	}
+	for _, c := range cases {
+		ts.submit(fmt.Sprintf(task, c.name, c.retry))
+	}
+	for _, c := range cases {
+		r := ts.waitRun(c.name, "running", "", 30*time.Second)
 		killShim(t, dir, r.Jobs[0].ID)
 	}
-	r := ts.waitRun("resumes", "running", "", 30*time.Second)
-	testutil.Eventually(t, 30*time.Second, func() error {
-		if r = ts.getRun("resumes"); r.Attempt != 1 || r.Status != "running" {
-			return fmt.Errorf("resumes: attempt %d %s (%s), want attempt 1 running", r.Attempt, r.Status, r.Reason)
-		}
-		return nil
-	})
-	ts.waitRun("fails", "failed", "interrupted: ", 30*time.Second)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			testutil.Eventually(t, 30*time.Second, func() error {
+				r := ts.getRun(c.name)
+				if r.Attempt != c.attempt || r.Status != c.status || !strings.HasPrefix(r.Reason, c.reason) {
+					return fmt.Errorf("attempt %d %s (%s), want attempt %d %s (%s...)", r.Attempt, r.Status, r.Reason, c.attempt, c.status, c.reason)
+				}
+				return nil
+			})
+		})
+	}
 }
 
 // TestUtilizationPolicyStopsARunWithIdleGPUs: fake GPUs report 0%
