@@ -132,7 +132,12 @@ func (a *Agent) Start(ctx context.Context, spec api.JobSpec) (api.JobStatus, err
 	}
 	a.mu.Lock()
 	j.rec.Handle = h
+	// A Stop that came while the runtime was starting had no handle to stop.
+	stopped := j.rec.StopRequested
 	j.rec.Status.State = api.JobRunning
+	if stopped {
+		j.rec.Status.State = api.JobTerminating
+	}
 	j.rec.Status.Handle = h.ID
 	j.rec.Status.StartedAt = h.StartedAt
 	j.rec.Status.Ports = h.Ports
@@ -143,6 +148,9 @@ func (a *Agent) Start(ctx context.Context, spec api.JobSpec) (api.JobStatus, err
 	}
 	a.log.Info().Str("job", spec.ID).Str("run", spec.RunName).Str("handle", h.ID).Msg("job running")
 	a.watch(j)
+	if stopped {
+		a.stopInBackground(spec.ID, h, spec.StopDuration)
+	}
 	return rec.Status, nil
 }
 
