@@ -57,7 +57,18 @@ func pendingJobs(s *Snapshot, jobs, tasks int, gpu int64) {
 	}
 }
 
-func reportPlacements(b *testing.B, placed int) {
+// benchPlacements times Schedule over s b.N times, fails unless every
+// cycle placed want tasks, and reports placements/s and ms/cycle.
+func benchPlacements(b *testing.B, s *Snapshot, want int) {
+	b.Helper()
+	b.ResetTimer()
+	placed := 0
+	for range b.N {
+		placed = len(Schedule(s).Placements)
+	}
+	if placed != want {
+		b.Fatalf("placed %d of %d", placed, want)
+	}
 	b.ReportMetric(float64(placed)*float64(b.N)/b.Elapsed().Seconds(), "placements/s")
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/cycle")
 }
@@ -68,15 +79,7 @@ func BenchmarkAllocate1GPUJobs(b *testing.B) {
 	s := benchCluster(5000)
 	pendingJobs(s, 20000, 1, 1000)
 	s.Policy.Actions = []Action{Allocate}
-	b.ResetTimer()
-	placed := 0
-	for range b.N {
-		placed = len(Schedule(s).Placements)
-	}
-	if placed != 20000 {
-		b.Fatalf("placed %d of 20000", placed)
-	}
-	reportPlacements(b, placed)
+	benchPlacements(b, s, 20000)
 }
 
 // BenchmarkAllocateGangs: 2,000 pending gangs of 8 one-GPU tasks on 5,000
@@ -84,15 +87,7 @@ func BenchmarkAllocate1GPUJobs(b *testing.B) {
 func BenchmarkAllocateGangs(b *testing.B) {
 	s := benchCluster(5000)
 	pendingJobs(s, 2000, 8, 1000)
-	b.ResetTimer()
-	placed := 0
-	for range b.N {
-		placed = len(Schedule(s).Placements)
-	}
-	if placed != 16000 {
-		b.Fatalf("placed %d of 16000", placed)
-	}
-	reportPlacements(b, placed)
+	benchPlacements(b, s, 16000)
 }
 
 // BenchmarkAllocateGangsInOneRack: 2,000 pending 8-task gangs that each
@@ -104,15 +99,7 @@ func BenchmarkAllocateGangsInOneRack(b *testing.B) {
 		s.Jobs[j].Topology = TopologyConstraint{Name: "dc", Required: "rack"}
 	}
 	s.Policy.Actions = []Action{Allocate}
-	b.ResetTimer()
-	placed := 0
-	for range b.N {
-		placed = len(Schedule(s).Placements)
-	}
-	if placed != 16000 {
-		b.Fatalf("placed %d of 16000", placed)
-	}
-	reportPlacements(b, placed)
+	benchPlacements(b, s, 16000)
 }
 
 // BenchmarkReclaimCycle100kRunning: one full cycle (every action) over
