@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -10,13 +9,7 @@ import (
 )
 
 func TestAgentInventory(t *testing.T) {
-	tests := []struct {
-		name   string
-		args   []string
-		code   int
-		stdout string
-		check  func(t *testing.T, out string)
-	}{
+	testCLICases(t, []cliCase{
 		{name: "json dump reports the host and every fake device", args: []string{"agent", "inventory", "--json", "--fake-gpus", "2xA100:40GB"},
 			check: func(t *testing.T, out string) {
 				var h api.HostInfo
@@ -35,20 +28,5 @@ func TestAgentInventory(t *testing.T) {
 			}},
 		{name: "a malformed fake spec is invalid input", args: []string{"agent", "inventory", "--fake-gpus", "8xH100:lots"}, code: exitInvalidInput},
 		{name: "the shim needs its job directory", args: []string{"agent", "shim"}, code: exitUsage},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			code := run(append([]string{"gpud"}, tt.args...), &stdout, &stderr)
-			if code != tt.code {
-				t.Fatalf("exit %d, want %d; stderr: %s", code, tt.code, stderr.String())
-			}
-			if !strings.Contains(stdout.String(), tt.stdout) {
-				t.Fatalf("stdout lacks %q:\n%s", tt.stdout, stdout.String())
-			}
-			if tt.check != nil {
-				tt.check(t, stdout.String())
-			}
-		})
-	}
+	})
 }

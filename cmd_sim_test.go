@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,20 +10,10 @@ import (
 func TestSimOutputAndExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	broken := filepath.Join(dir, "broken.yaml")
-	if err := os.WriteFile(broken, []byte("nodes:\n  - {name: n0, gpus: 1}\nqueues:\n  - {name: a}\njobs:\n  - {name: j, queue: nope, tasks: [{gpu: 1}]}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeTestFile(t, broken, "nodes:\n  - {name: n0, gpus: 1}\nqueues:\n  - {name: a}\njobs:\n  - {name: j, queue: nope, tasks: [{gpu: 1}]}\n")
 	wrong := filepath.Join(dir, "wrong.yaml")
-	if err := os.WriteFile(wrong, []byte("# expects the wrong node\nnodes:\n  - {name: n0, gpus: 1}\nqueues:\n  - {name: a}\njobs:\n  - {name: j, queue: a, priority: train, tasks: [{gpu: 1}]}\nexpect:\n  jobs:\n    j: {tasks: [{node: n9}]}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name   string
-		args   []string
-		code   int
-		stdout string
-		stderr string
-	}{
+	writeTestFile(t, wrong, "# expects the wrong node\nnodes:\n  - {name: n0, gpus: 1}\nqueues:\n  - {name: a}\njobs:\n  - {name: j, queue: a, priority: train, tasks: [{gpu: 1}]}\nexpect:\n  jobs:\n    j: {tasks: [{node: n9}]}\n")
+	testCLICases(t, []cliCase{
 		{name: "tables per cycle, reasons and the expect check", args: []string{"sim", "testdata/sched/reclaim-takes-borrowed-gpus.yaml"},
 			stdout: "cycle 1: 1 placed, 2 evicted, 0 pending"},
 		{name: "evictions show the action and why", args: []string{"sim", "testdata/sched/reclaim-takes-borrowed-gpus.yaml"},
@@ -37,31 +25,13 @@ func TestSimOutputAndExitCodes(t *testing.T) {
 		{name: "a failed expectation exits 1", args: []string{"sim", wrong}, code: exitInvalidInput,
 			stderr: "expect.jobs.j.tasks[0].node: want \"n9\""},
 		{name: "no scenario is a usage error", args: []string{"sim"}, code: exitUsage, stderr: "sim takes one scenario file"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			code := run(append([]string{"gpud"}, tt.args...), &stdout, &stderr)
-			if code != tt.code {
-				t.Fatalf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, stdout.String(), stderr.String())
-			}
-			if !strings.Contains(stdout.String(), tt.stdout) {
-				t.Errorf("stdout:\n%s\nwant it to contain:\n%s", stdout.String(), tt.stdout)
-			}
-			if !strings.Contains(stderr.String(), tt.stderr) {
-				t.Errorf("stderr:\n%s\nwant it to contain:\n%s", stderr.String(), tt.stderr)
-			}
-		})
-	}
+	})
 }
 
 // TestSimJSONContract checks the --json shape scenario authors and
 // acceptance checks rely on.
 func TestSimJSONContract(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"gpud", "sim", "--json", "testdata/sched/reclaim-takes-borrowed-gpus.yaml"}, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr.String())
-	}
+	stdout := mustRunCLI(t, "sim", "--json", "testdata/sched/reclaim-takes-borrowed-gpus.yaml")
 	var got struct {
 		Jobs map[string]struct {
 			Status string `json:"status"`
@@ -77,7 +47,7 @@ func TestSimJSONContract(t *testing.T) {
 			Allocated map[string]float64 `json:"allocated"`
 		} `json:"queues"`
 	}
-	dec := json.NewDecoder(&stdout)
+	dec := json.NewDecoder(strings.NewReader(stdout))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&got); err != nil {
 		t.Fatalf("decode: %v", err)
