@@ -23,6 +23,9 @@ import (
 // admin is its admin member and the embedded default runs in it.
 const DefaultProject = "main"
 
+// StateKeyEnv is the environment variable Options.StateKey defaults to.
+const StateKeyEnv = "GPUD_STATE_KEY"
+
 // Options configure a server. The zero value (but DataDir) is a server on
 // 127.0.0.1:3000 with a local agent using Docker, or plain processes when
 // Docker is not reachable.
@@ -63,8 +66,12 @@ type Options struct {
 	RegistrationListen string
 	RegistrationCert   string
 	RegistrationKey    string
-	Version            string
-	Logger             zerolog.Logger
+	// StateKey is the base64 of a 32-byte key that seals the state file
+	// instead of the key file beside it (default $GPUD_STATE_KEY, as
+	// `gpud admin` reads it); a malformed key fails New.
+	StateKey string
+	Version  string
+	Logger   zerolog.Logger
 }
 
 // Server is a running gpud server. Its methods are safe for concurrent use.
@@ -123,7 +130,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	st, err := store.Open(filepath.Join(opts.DataDir, "state.db"), store.Options{Logger: opts.Logger})
+	if opts.StateKey == "" {
+		opts.StateKey = os.Getenv(StateKeyEnv)
+	}
+	st, err := store.Open(filepath.Join(opts.DataDir, "state.db"), store.Options{Logger: opts.Logger, KeyEnv: opts.StateKey})
 	if err != nil {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
