@@ -271,11 +271,8 @@ func (d *decoder) schedule(n ast.Node, path string) *Schedule {
 }
 
 func (d *decoder) instances(n ast.Node, path string) []InstanceRef {
-	items, _ := d.seq(n, path, "a list of instances")
-	out := make([]InstanceRef, 0, len(items))
-	for i, it := range items {
+	return list(d, n, path, "a list of instances", func(it ast.Node, p string) (InstanceRef, bool) {
 		var ref InstanceRef
-		p := index(path, i)
 		present := d.object(it, p, "an instance reference", fields{
 			"name":     func(n ast.Node, p string) { ref.Name, _ = d.str(n, p) },
 			"hostname": func(n ast.Node, p string) { ref.Hostname, _ = d.str(n, p) },
@@ -289,9 +286,8 @@ func (d *decoder) instances(n ast.Node, path string) []InstanceRef {
 		if present != nil && ref.Name == "" && ref.Hostname == "" && ref.Fleet == "" {
 			d.errorAt(it, p, "an instance needs a name, a hostname, or a fleet and instance number", "")
 		}
-		out = append(out, ref)
-	}
-	return out
+		return ref, true
+	})
 }
 
 func (d *decoder) tags(n ast.Node, path string) map[string]string {

@@ -106,6 +106,20 @@ func (d *decoder) env(n ast.Node, path string) Env {
 	return out
 }
 
+// list decodes a sequence item by item: item reads the node at p and says
+// whether it yields a value (it reports its own errors). The result is
+// never nil, so an empty list stays an empty list.
+func list[T any](d *decoder, n ast.Node, path, what string, item func(it ast.Node, p string) (T, bool)) []T {
+	items, _ := d.seq(n, path, what)
+	out := make([]T, 0, len(items))
+	for i, it := range items {
+		if v, ok := item(it, index(path, i)); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // VolumeMount attaches a network volume (Name) or a directory of the
 // instance (InstancePath) at Path inside the job. An optional instance
 // mount is skipped where the directory does not exist.
@@ -117,21 +131,18 @@ type VolumeMount struct {
 }
 
 func (d *decoder) volumeMounts(n ast.Node, path string) []VolumeMount {
-	items, _ := d.seq(n, path, "a list of volumes")
-	out := make([]VolumeMount, 0, len(items))
-	for i, it := range items {
-		p := index(path, i)
+	return list(d, n, path, "a list of volumes", func(it ast.Node, p string) (VolumeMount, bool) {
 		var v VolumeMount
 		if !d.isMap(it) {
 			s, ok := d.str(it, p)
 			if !ok {
-				continue
+				return v, false
 			}
 			src, dst, found := strings.Cut(s, ":")
 			if !found || src == "" || dst == "" {
 				d.errorAt(it, p, fmt.Sprintf("%q is not a volume mount", s),
 					"write volume-name:/path for a network volume or /instance/path:/path for an instance directory")
-				continue
+				return v, false
 			}
 			if strings.HasPrefix(src, "/") || strings.HasPrefix(src, "~") {
 				v.InstancePath = src
@@ -147,7 +158,7 @@ func (d *decoder) volumeMounts(n ast.Node, path string) []VolumeMount {
 				"optional":      func(n ast.Node, p string) { v.Optional, _ = d.boolean(n, p) },
 			})
 			if present == nil {
-				continue
+				return v, false
 			}
 			d.require(present, it, p, "path", "add the path inside the job, like /data")
 			if (v.Name == "") == (v.InstancePath == "") {
@@ -158,9 +169,8 @@ func (d *decoder) volumeMounts(n ast.Node, path string) []VolumeMount {
 		if v.Path != "" && !strings.HasPrefix(v.Path, "/") && !strings.HasPrefix(v.Path, "~") {
 			d.errorAt(it, p, fmt.Sprintf("mount path %q is relative", v.Path), "write an absolute path like /data")
 		}
-		out = append(out, v)
-	}
-	return out
+		return v, true
+	})
 }
 
 // Repo is a git repository (local or remote) cloned into the job at Path.
@@ -178,23 +188,19 @@ func isURL(s string) bool {
 }
 
 func (d *decoder) repos(n ast.Node, path string) []Repo {
-	items, _ := d.seq(n, path, "a list of repos")
-	out := make([]Repo, 0, len(items))
-	for i, it := range items {
-		p := index(path, i)
+	return list(d, n, path, "a list of repos", func(it ast.Node, p string) (Repo, bool) {
 		var r Repo
 		if !d.isMap(it) {
 			s, ok := d.str(it, p)
 			if !ok || s == "" {
-				continue
+				return r, false
 			}
 			if isURL(s) {
 				r.URL = s
 			} else {
 				r.LocalPath, r.Path, _ = strings.Cut(s, ":")
 			}
-			out = append(out, r)
-			continue
+			return r, true
 		}
 		present := d.object(it, p, "a repo", fields{
 			"local_path": func(n ast.Node, p string) { r.LocalPath, _ = d.str(n, p) },
@@ -207,9 +213,8 @@ func (d *decoder) repos(n ast.Node, path string) []Repo {
 		if present != nil && (r.LocalPath == "") == (r.URL == "") {
 			d.errorAt(it, p, "a repo needs exactly one of local_path and url", "")
 		}
-		out = append(out, r)
-	}
-	return out
+		return r, true
+	})
 }
 
 // FileMapping copies a local file or directory into the job at Path.
@@ -219,10 +224,7 @@ type FileMapping struct {
 }
 
 func (d *decoder) files(n ast.Node, path string) []FileMapping {
-	items, _ := d.seq(n, path, "a list of files")
-	out := make([]FileMapping, 0, len(items))
-	for i, it := range items {
-		p := index(path, i)
+	return list(d, n, path, "a list of files", func(it ast.Node, p string) (FileMapping, bool) {
 		var f FileMapping
 		if d.isMap(it) {
 			present := d.object(it, p, "a file mapping", fields{
@@ -233,16 +235,15 @@ func (d *decoder) files(n ast.Node, path string) []FileMapping {
 		} else {
 			s, ok := d.str(it, p)
 			if !ok || s == "" {
-				continue
+				return f, false
 			}
 			f.LocalPath, f.Path, _ = strings.Cut(s, ":")
 		}
 		if f.Path == "" {
 			f.Path = f.LocalPath
 		}
-		out = append(out, f)
-	}
-	return out
+		return f, true
+	})
 }
 
 // Priority is dstack's run priority (0–100, higher first) or one of gpud's
@@ -391,12 +392,7 @@ func portNumber(s string) (int, error) {
 }
 
 func (d *decoder) ports(n ast.Node, path string) []PortMapping {
-	items, _ := d.seq(n, path, "a list of ports")
-	out := make([]PortMapping, 0, len(items))
-	for i, it := range items {
-		if m, ok := value(d, it, index(path, i), ParsePort); ok {
-			out = append(out, m)
-		}
-	}
-	return out
+	return list(d, n, path, "a list of ports", func(it ast.Node, p string) (PortMapping, bool) {
+		return value(d, it, p, ParsePort)
+	})
 }

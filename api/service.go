@@ -310,10 +310,7 @@ func (d *decoder) scaling(n ast.Node, path string) *Scaling {
 }
 
 func (d *decoder) rateLimits(n ast.Node, path string) []RateLimit {
-	items, _ := d.seq(n, path, "a list of rate limits")
-	out := make([]RateLimit, 0, len(items))
-	for i, it := range items {
-		p := index(path, i)
+	return list(d, n, path, "a list of rate limits", func(it ast.Node, p string) (RateLimit, bool) {
 		rl := RateLimit{Prefix: "/", Key: RateLimitKey{Type: "ip"}}
 		present := d.object(it, p, "a rate limit", fields{
 			"prefix": func(n ast.Node, p string) { rl.Prefix, _ = d.str(n, p) },
@@ -330,16 +327,12 @@ func (d *decoder) rateLimits(n ast.Node, path string) []RateLimit {
 			},
 		})
 		d.require(present, it, p, "rps", "add the allowed requests per second, like `rps: 4`")
-		out = append(out, rl)
-	}
-	return out
+		return rl, true
+	})
 }
 
 func (d *decoder) probes(n ast.Node, path string) []Probe {
-	items, _ := d.seq(n, path, "a list of probes")
-	out := make([]Probe, 0, len(items))
-	for i, it := range items {
-		p := index(path, i)
+	return list(d, n, path, "a list of probes", func(it ast.Node, p string) (Probe, bool) {
 		pr := Probe{Type: "http", URL: "/", Method: "get", Timeout: Duration{Value: 10e9}, Interval: Duration{Value: 15e9}, ReadyAfter: 1}
 		d.object(it, p, "a probe", fields{
 			"type": func(n ast.Node, p string) { pr.Type, _ = d.oneOf(n, p, "http") },
@@ -373,9 +366,8 @@ func (d *decoder) probes(n ast.Node, path string) []Probe {
 				}
 			},
 		})
-		out = append(out, pr)
-	}
-	return out
+		return pr, true
+	})
 }
 
 func (s *ServiceSpec) setDefaults() {
