@@ -18,6 +18,9 @@ import (
 type tracker struct {
 	mu sync.Mutex
 	m  map[string]bool
+	// released is closed (and forgotten) at the next release, so a waiter
+	// (a log stream waiting for its job's follower to end) wakes then.
+	released chan struct{}
 }
 
 // claim returns true if key was not claimed yet, and claims it.
@@ -37,7 +40,22 @@ func (t *tracker) claim(key string) bool {
 func (t *tracker) release(key string) {
 	t.mu.Lock()
 	delete(t.m, key)
+	if t.released != nil {
+		close(t.released)
+		t.released = nil
+	}
 	t.mu.Unlock()
+}
+
+// releases returns a channel closed at the next release of any key; take
+// it before checking held so a release in between is not missed.
+func (t *tracker) releases() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.released == nil {
+		t.released = make(chan struct{})
+	}
+	return t.released
 }
 
 // updateJob applies change to the job's latest version, retrying on

@@ -12,6 +12,7 @@ import (
 
 	agentclient "gpud.dev/gpud/agent/client"
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/store"
 )
 
 // storedLine is one log line as kept in the store's log files (NDJSON).
@@ -102,6 +103,12 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	enc := json.NewEncoder(w)
+	var sub *store.Subscription
+	defer func() {
+		if sub != nil {
+			sub.Close()
+		}
+	}()
 	// With several jobs, each is streamed in turn (node 0 first); a client
 	// wanting one job passes ?job=.
 	for _, id := range ids {
@@ -131,18 +138,53 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) error {
 			if len(data) > 0 {
 				continue
 			}
-			if !follow || s.jobLogsComplete(id) {
+			if !follow {
 				break
 			}
-			wctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-			_ = s.store.Logs().Wait(wctx, id, off)
-			cancel()
-			if r.Context().Err() != nil {
+			// Take the wake-ups before looking, so an end in between wakes us.
+			if sub == nil {
+				sub = s.store.Subscribe(id, store.KindJob)
+			}
+			released := s.working.releases()
+			if s.jobLogsComplete(id) {
+				break
+			}
+			if !s.waitLogs(r.Context(), id, off, sub, released) || r.Context().Err() != nil {
 				return nil
 			}
 		}
+		if sub != nil {
+			sub.Close()
+			sub = nil
+		}
 	}
 	return nil
+}
+
+// waitLogs waits until the job has output past off, its record changes
+// (it ends), a log follower finishes (released), or LogWaitTimeout passes
+// (a safety net only: the wake-ups end a follow right after the job). It
+// returns false once the store has closed (the server is stopping).
+func (s *Server) waitLogs(ctx context.Context, id string, off int64, sub *store.Subscription, released <-chan struct{}) bool {
+	wctx, cancel := context.WithTimeout(ctx, s.opts.LogWaitTimeout)
+	defer cancel()
+	done := make(chan struct{})
+	open := true
+	go func() {
+		defer close(done)
+		select {
+		case _, open = <-sub.C:
+		case <-released:
+		case <-wctx.Done():
+		}
+		cancel()
+	}()
+	_ = s.store.Logs().Wait(wctx, id, off)
+	cancel()
+	// The next look happens after the waker has stopped taking changes, so
+	// a change it did not take stays queued for the next wait.
+	<-done
+	return open
 }
 
 // jobLogsComplete reports whether a job is final and its log follower has

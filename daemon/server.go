@@ -48,6 +48,10 @@ type Options struct {
 	// ResyncInterval is the safety-net period of the reconcilers
 	// (default 30s); the hot path is driven by the change feed.
 	ResyncInterval time.Duration
+	// LogWaitTimeout bounds one wait of a follow log stream for new output
+	// (default 10s); it is a safety net, as new lines, the job's end and its
+	// log copier's end wake the stream at once.
+	LogWaitTimeout time.Duration
 	// RotateAdminToken makes the admin a fresh token at start (the
 	// embedded default does, as it keeps no token on disk).
 	RotateAdminToken bool
@@ -126,6 +130,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.ResyncInterval <= 0 {
 		opts.ResyncInterval = 30 * time.Second
+	}
+	if opts.LogWaitTimeout <= 0 {
+		opts.LogWaitTimeout = 10 * time.Second
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
