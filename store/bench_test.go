@@ -31,40 +31,51 @@ func benchJob(i int) Record {
 		Queue: "research", Status: JobSubmitted, Spec: []byte(`{"image":"nvcr.io/nvidia/pytorch:24.05","gpu":"H100:8","commands":["torchrun train.py"]}`)}
 }
 
+// runWriters resets the timer and calls write(i) for i in 1..b.N, spread
+// over writers goroutines; it returns the wall and CPU time they took.
+// A failed write ends its goroutine and fails the benchmark.
+func runWriters(b *testing.B, writers int, write func(i int) error) (wall, cpu time.Duration) {
+	b.Helper()
+	var next atomic.Int64
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuTime()
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1))
+				if i > b.N {
+					return
+				}
+				if err := write(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), cpuTime() - cpu0
+}
+
 // BenchmarkApply measures durable mutations/s through the group-commit
 // writer with 1, 16 and 256 concurrent writers, one Put per Apply.
 func BenchmarkApply(b *testing.B) {
 	for _, writers := range []int{1, 16, 256} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
 			s := openAt(b, filepath.Join(b.TempDir(), "state.db"), Options{})
-			var next atomic.Int64
 			before := s.Stats().Commits
-			b.ResetTimer()
-			start, cpu0 := time.Now(), cpuTime()
-			var wg sync.WaitGroup
-			for range writers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := int(next.Add(1))
-						if i > b.N {
-							return
-						}
-						if _, err := s.Apply(context.Background(), Put(benchJob(i))); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			el := time.Since(start)
+			el, cpu := runWriters(b, writers, func(i int) error {
+				_, err := s.Apply(context.Background(), Put(benchJob(i)))
+				return err
+			})
 			b.StopTimer()
 			commits := s.Stats().Commits - before
 			b.ReportMetric(float64(b.N)/el.Seconds(), "mutations/s")
 			b.ReportMetric(2*float64(commits)/float64(b.N), "fsyncs/op")
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
 }
@@ -80,32 +91,13 @@ func BenchmarkBoltBatch(b *testing.B) {
 			}
 			defer db.Close()
 			db.Update(func(tx *bbolt.Tx) error { _, err := tx.CreateBucket([]byte("jobs")); return err })
-			var next atomic.Int64
-			b.ResetTimer()
-			start, cpu0 := time.Now(), cpuTime()
-			var wg sync.WaitGroup
-			for range writers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := int(next.Add(1))
-						if i > b.N {
-							return
-						}
-						r := benchJob(i)
-						enc, _ := encodeRecord(&r, nil)
-						err := db.Batch(func(tx *bbolt.Tx) error { return tx.Bucket([]byte("jobs")).Put([]byte(r.ID), enc) })
-						if err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "mutations/s")
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			el, cpu := runWriters(b, writers, func(i int) error {
+				r := benchJob(i)
+				enc, _ := encodeRecord(&r, nil)
+				return db.Batch(func(tx *bbolt.Tx) error { return tx.Bucket([]byte("jobs")).Put([]byte(r.ID), enc) })
+			})
+			b.ReportMetric(float64(b.N)/el.Seconds(), "mutations/s")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
 }
