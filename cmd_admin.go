@@ -29,17 +29,14 @@ func adminCommand() *cli.Command {
 					if c.NArg() != 1 {
 						return usageError(errors.New("admin backup: give the backup file"))
 					}
-					s, err := openAdminStore(c)
-					if err != nil {
-						return err
-					}
-					defer s.Close()
-					n, err := s.BackupFile(c.Context, c.Args().First())
-					if err != nil {
-						return err
-					}
-					fmt.Fprintf(c.App.Writer, "backup: %d bytes written to %s\n", n, c.Args().First())
-					return nil
+					return withAdminStore(c, func(s *store.Store) error {
+						n, err := s.BackupFile(c.Context, c.Args().First())
+						if err != nil {
+							return err
+						}
+						fmt.Fprintf(c.App.Writer, "backup: %d bytes written to %s\n", n, c.Args().First())
+						return nil
+					})
 				},
 			},
 			{
@@ -67,23 +64,20 @@ func adminCommand() *cli.Command {
 				Usage: "verify the state file: records decode, indexes match records, references resolve",
 				Flags: []cli.Flag{dataDir},
 				Action: func(c *cli.Context) error {
-					s, err := openAdminStore(c)
-					if err != nil {
-						return err
-					}
-					defer s.Close()
-					probs, err := s.Check(c.Context)
-					if err != nil {
-						return err
-					}
-					for _, p := range probs {
-						fmt.Fprintln(c.App.Writer, p)
-					}
-					if len(probs) > 0 {
-						return cli.Exit(fmt.Sprintf("check: %d problems", len(probs)), exitInvalidInput)
-					}
-					fmt.Fprintln(c.App.Writer, "check: ok")
-					return nil
+					return withAdminStore(c, func(s *store.Store) error {
+						probs, err := s.Check(c.Context)
+						if err != nil {
+							return err
+						}
+						for _, p := range probs {
+							fmt.Fprintln(c.App.Writer, p)
+						}
+						if len(probs) > 0 {
+							return cli.Exit(fmt.Sprintf("check: %d problems", len(probs)), exitInvalidInput)
+						}
+						fmt.Fprintln(c.App.Writer, "check: ok")
+						return nil
+					})
 				},
 			},
 			{
@@ -91,24 +85,21 @@ func adminCommand() *cli.Command {
 				Usage: "add a new encryption key, make it primary and re-encrypt every secret with it (old keys still decrypt)",
 				Flags: []cli.Flag{dataDir},
 				Action: func(c *cli.Context) error {
-					s, err := openAdminStore(c)
-					if err != nil {
-						return err
-					}
-					defer s.Close()
-					if s.Keyring() == nil {
-						return errors.New("rotate-key: the store is in plaintext mode")
-					}
-					old := s.Keyring().Primary()
-					if err := s.Keyring().Rotate(); err != nil {
-						return fmt.Errorf("rotate-key: %w", err)
-					}
-					n, err := s.Reencrypt(c.Context)
-					if err != nil {
-						return fmt.Errorf("rotate-key: %w", err)
-					}
-					fmt.Fprintf(c.App.Writer, "rotate-key: primary key %s -> %s, %d values re-encrypted\n", old, s.Keyring().Primary(), n)
-					return nil
+					return withAdminStore(c, func(s *store.Store) error {
+						if s.Keyring() == nil {
+							return errors.New("rotate-key: the store is in plaintext mode")
+						}
+						old := s.Keyring().Primary()
+						if err := s.Keyring().Rotate(); err != nil {
+							return fmt.Errorf("rotate-key: %w", err)
+						}
+						n, err := s.Reencrypt(c.Context)
+						if err != nil {
+							return fmt.Errorf("rotate-key: %w", err)
+						}
+						fmt.Fprintf(c.App.Writer, "rotate-key: primary key %s -> %s, %d values re-encrypted\n", old, s.Keyring().Primary(), n)
+						return nil
+					})
 				},
 			},
 		},
@@ -138,4 +129,15 @@ func openAdminStore(c *cli.Context) (*store.Store, error) {
 		return nil, fmt.Errorf("admin: %w", err)
 	}
 	return store.Open(path, store.Options{KeyEnv: os.Getenv("GPUD_STATE_KEY")})
+}
+
+// withAdminStore opens the state file with openAdminStore, runs fn on it
+// and closes it, whatever fn returns.
+func withAdminStore(c *cli.Context, fn func(*store.Store) error) error {
+	s, err := openAdminStore(c)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return fn(s)
 }
