@@ -118,6 +118,7 @@ func (s *Server) runJob(ctx context.Context, id string) {
 	}
 	spec.Env, spec.RegistryAuth = sealed.Env, sealed.RegistryAuth
 	spec.GPUs = s.jobGPUs(j.Instance, js)
+	spec.Cluster = s.jobCluster(ctx, j, js)
 	_ = s.updateJob(ctx, id, func(j *store.Record, js *jobState) (bool, []store.Mutation) {
 		if j.Status != store.JobProvisioning {
 			return false, nil

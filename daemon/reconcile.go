@@ -164,7 +164,7 @@ func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation
 		case evicted:
 			return s.requeue(run, st, jobs, "requeued: a job was taken back by the scheduler ("+jobs[0].Reason+")")
 		case interrupted != nil:
-			if s.shouldRetry(&st, "interruption", now) {
+			if s.shouldRetry(&st, "interruption", now) || (hostLost(interrupted.Reason) && s.shouldRetry(&st, "error", now)) {
 				return s.requeue(run, st, jobs, "retrying after an interruption: job "+interrupted.Name+" "+interrupted.Reason)
 			}
 			status, reason = store.RunFailed, "interrupted: job "+interrupted.Name+" "+interrupted.Reason

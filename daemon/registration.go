@@ -92,11 +92,15 @@ func (s *Server) startRegistration() error {
 			}()
 		},
 		OnDisconnect: func(a *registration.Agent) {
+			if s.registration.Agent(a.Fleet, a.Host) != nil {
+				return // replaced by a newer tunnel of the same host
+			}
 			f, _ := s.store.Fleets().Get(a.Fleet)
 			if _, err := s.store.Apply(context.WithoutCancel(s.ctx), event(f.Project, store.KindInstance, tunnelInstanceID(a), "unreachable", "registration tunnel closed")); err != nil {
 				s.log.Warn().Err(err).Str("host", a.Host).Msg("record tunnel event")
 			}
 			s.setInstanceHealth(tunnelInstanceID(a), "unreachable: registration tunnel closed")
+			s.hostUnreachable(s.ctx, tunnelInstanceID(a), "registration tunnel closed")
 		},
 	}
 	mux := http.NewServeMux()
@@ -132,7 +136,10 @@ func (s *Server) registerTunnelAgent(a *registration.Agent) {
 	if err != nil {
 		s.log.Warn().Err(err).Str("fleet", a.Fleet).Str("host", a.Host).Msg("register tunnel agent")
 		a.Close()
+		return
 	}
+	// Jobs moved while the host was away are stopped; its others watched.
+	s.hostBack(s.agents.get(tunnelInstanceID(a)))
 }
 
 // registrationCert loads the configured certificate, or makes (once) and

@@ -136,6 +136,11 @@ func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
 		}
 		log.Error().Err(err).Msg("provisioning failed")
 		s.sshEvent(h, "failed", "provisioning failed: "+err.Error())
+		// A host that was already an instance (the server restarted while
+		// it was away) costs its jobs now, not when it comes back.
+		if ctx.Err() == nil {
+			s.hostUnreachable(ctx, h.instance, "could not be reached: "+err.Error())
+		}
 		if errors.Is(err, sshfleet.ErrHostKeyChanged) || errors.Is(err, sshfleet.ErrArchMismatch) {
 			return
 		}
@@ -158,6 +163,10 @@ func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
 	h.host = host
 	s.ssh.mu.Unlock()
 	s.sshEvent(h, "ready", fmt.Sprintf("agent ready over SSH (%s, %d GPUs)", host.Arch, len(host.Info.Accelerators.Devices)))
+	// Jobs it ran before (a server restart, or a host that came back)
+	// are adopted or, if moved meanwhile, stopped.
+	link := s.agents.get(h.instance)
+	s.hostBack(link)
 	host.Monitor(ctx, s.opts.SSHHealth, func(st sshfleet.Health, err error) {
 		reason, health := "reachable again", ""
 		if err != nil {
@@ -165,6 +174,11 @@ func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
 		}
 		s.sshEvent(h, string(st), reason)
 		s.setInstanceHealth(h.instance, health)
+		if err != nil {
+			s.hostUnreachable(ctx, h.instance, err.Error())
+		} else {
+			s.hostBack(link)
+		}
 	})
 }
 

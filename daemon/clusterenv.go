@@ -1,0 +1,77 @@
+package daemon
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/store"
+)
+
+// A multi-node task's gang is bound in one transaction, so when a node is
+// dispatched every node of its attempt knows its host. The cluster part of
+// the job spec (DSTACK_*/GPUD_* on the host: rank, node count, master and
+// node addresses, MPI hostfile, GPUs per node) is filled from those hosts.
+
+// jobCluster returns j's place in its gang with the addresses of the hosts
+// the gang was placed on, in node-rank order (the master, rank 0, first).
+func (s *Server) jobCluster(ctx context.Context, j store.Record, js jobState) api.JobCluster {
+	c := js.Spec.Cluster
+	c.GPUsPerNode = len(js.Devices)
+	if c.NodesNum <= 1 {
+		return c // one node: the agent fills its own defaults
+	}
+	ips := make([]string, c.NodesNum)
+	for _, o := range s.store.Jobs().ByRun(j.Run) {
+		os := cachedSpecOf[jobState](&s.specs, o)
+		if os.Attempt != js.Attempt || os.ReplicaNum != js.ReplicaNum || os.NodeRank < 0 || os.NodeRank >= len(ips) || o.Instance == "" {
+			continue
+		}
+		ips[os.NodeRank] = s.instanceAddress(ctx, o.Instance)
+	}
+	for _, ip := range ips {
+		if ip == "" {
+			return c // a node is not placed (cannot happen for a bound gang)
+		}
+	}
+	c.NodesIPs, c.MasterNodeIP = ips, ips[0]
+	return c
+}
+
+// instanceAddress is the address other hosts reach instance at: an SSH
+// host's internal_ip, else its hostname (resolved to an IP); for other
+// hosts the first IPv4 address their agent reports; else loopback.
+func (s *Server) instanceAddress(ctx context.Context, instance string) string {
+	s.ssh.mu.Lock()
+	h := s.ssh.hosts[instance]
+	s.ssh.mu.Unlock()
+	if h != nil {
+		if h.target.InternalIP != "" {
+			return h.target.InternalIP
+		}
+		if net.ParseIP(h.target.Hostname) != nil {
+			return h.target.Hostname
+		}
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if ips, err := net.DefaultResolver.LookupHost(lctx, h.target.Hostname); err == nil && len(ips) > 0 {
+			return ips[0]
+		}
+		return h.target.Hostname
+	}
+	inst, err := s.store.Instances().Get(instance)
+	if err != nil {
+		return "127.0.0.1"
+	}
+	st := cachedSpecOf[instanceState](&s.specs, inst)
+	for _, a := range st.Host.Addresses {
+		if ip := net.ParseIP(a); ip != nil && ip.To4() != nil {
+			return a
+		}
+	}
+	if len(st.Host.Addresses) > 0 {
+		return st.Host.Addresses[0]
+	}
+	return "127.0.0.1"
+}

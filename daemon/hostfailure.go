@@ -1,0 +1,140 @@
+package daemon
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"gpud.dev/gpud/store"
+)
+
+// Host failure. A host is found unreachable by its transport: an SSH fleet
+// host's monitor (plugins/sshfleet, bounded by Options.SSHHealth: at most
+// KeepaliveInterval+UnreachableAfter, 25 s by default) or a registration
+// tunnel that closed (three missed keepalives). The server then
+//
+//   - takes the host out of scheduling (its agent link is dropped, so the
+//     snapshot no longer offers it and nothing is dispatched to it);
+//   - fails every job on it that was starting, running or stopping, with a
+//     reason starting with ReasonInstanceUnreachable, as interrupted: the
+//     run reconciler retries the run per its retry policy (on_events
+//     interruption or error) as a new attempt, placed on another host;
+//   - when the host answers again, links it back and reconciles the
+//     agent's job list against the store: a job the agent still runs that
+//     the store has finished or moved elsewhere is stopped, so no job runs
+//     twice.
+
+// ReasonInstanceUnreachable starts the reason of a job that failed because
+// its host stopped answering (dstack's termination reason of that name).
+const ReasonInstanceUnreachable = "instance_unreachable"
+
+// hostLost reports whether a job's reason says its host stopped answering.
+// Such a job is retried on either retry event, interruption or error.
+func hostLost(reason string) bool { return strings.HasPrefix(reason, ReasonInstanceUnreachable) }
+
+// remove drops instance's link; the scheduler stops offering the host.
+func (a *agentSet) remove(instance string) {
+	a.mu.Lock()
+	delete(a.links, instance)
+	a.mu.Unlock()
+}
+
+// hostUnreachable takes instance out of scheduling and fails the jobs on
+// it with instance_unreachable (interrupted, so the retry policy applies).
+// Jobs that were already being stopped end as stopped.
+func (s *Server) hostUnreachable(ctx context.Context, instance, why string) {
+	s.agents.remove(instance)
+	reason := ReasonInstanceUnreachable + ": host " + instance + " stopped answering (" + why + ")"
+	n := 0
+	for _, j := range s.store.Jobs().ByInstance(instance) {
+		switch j.Status {
+		case store.JobProvisioning, store.JobPulling, store.JobRunning:
+			s.interruptJob(ctx, j.ID, reason)
+			n++
+		case store.JobTerminating:
+			s.endStopped(ctx, j.ID, reason)
+			n++
+		}
+	}
+	if n > 0 {
+		s.log.Warn().Str("instance", instance).Str("why", why).Int("jobs", n).Msg("host unreachable; its jobs failed")
+	}
+}
+
+// hostBack links a host that answers again and, in the background,
+// reconciles its agent's jobs with the store.
+func (s *Server) hostBack(l *agentLink) {
+	if l == nil {
+		return
+	}
+	l.seen(time.Now())
+	s.agents.put(l)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.reconcileHostJobs(s.ctx, l)
+	}()
+}
+
+// reconcileHostJobs compares what l's agent runs with the store: a job the
+// store still expects there is watched again; one the store has finished
+// or placed on another host (it was moved while the host was away) is
+// stopped; a job the store thinks is running there that the agent no
+// longer has fails as interrupted.
+func (s *Server) reconcileHostJobs(ctx context.Context, l *agentLink) {
+	if l == nil || l.client == nil {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	have, err := l.client.List(lctx)
+	if err != nil {
+		s.log.Warn().Err(err).Str("instance", l.instance).Msg("list agent jobs after reconnect")
+		return
+	}
+	onAgent := map[string]bool{}
+	for _, st := range have {
+		onAgent[st.ID] = true
+		if st.State.Finished() {
+			continue
+		}
+		j, err := s.store.Jobs().Get(st.ID)
+		if err == nil && j.Instance == l.instance && !finishedJob(j.Status) {
+			if j.Status == store.JobRunning || j.Status == store.JobPulling {
+				s.watch(j.ID, l)
+			}
+			continue
+		}
+		why := "the server no longer knows it"
+		if err == nil {
+			why = "it was moved: the server recorded it " + j.Status + " (" + j.Reason + ")"
+		}
+		if _, err := l.client.Stop(lctx, st.ID); err != nil {
+			s.log.Warn().Err(err).Str("instance", l.instance).Str("job", st.ID).Msg("stop stale job")
+			continue
+		}
+		s.log.Info().Str("instance", l.instance).Str("job", st.ID).Str("why", why).Msg("stopped a stale job on a host that came back")
+		if _, err := s.store.Apply(context.WithoutCancel(ctx), event(s.instanceProject(l.instance), store.KindInstance, l.instance, "stale_job_stopped",
+			"stopped job "+st.ID+" on the host that came back: "+why)); err != nil {
+			s.log.Warn().Err(err).Str("instance", l.instance).Msg("record stale job event")
+		}
+	}
+	for _, j := range s.store.Jobs().ByInstance(l.instance) {
+		if j.Status == store.JobRunning && !onAgent[j.ID] {
+			s.interruptJob(ctx, j.ID, "the agent no longer has the job")
+		}
+	}
+}
+
+// instanceProject is the project of instance's fleet ("" if unknown).
+func (s *Server) instanceProject(instance string) string {
+	inst, err := s.store.Instances().Get(instance)
+	if err != nil {
+		return ""
+	}
+	f, err := s.store.Fleets().Get(inst.Fleet)
+	if err != nil {
+		return ""
+	}
+	return f.Project
+}
