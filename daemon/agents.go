@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -74,7 +73,7 @@ func (a *agentSet) all() []*agentLink {
 }
 
 // localAgent is the in-process agent of `gpud serve` and the embedded
-// default, served on a unix socket in the data dir so the server drives it
+// default, served on a unix socket (see localSocketPath) so the server drives it
 // through the same client as any remote agent.
 type localAgent struct {
 	// instance is the local host's instance id.
@@ -82,7 +81,9 @@ type localAgent struct {
 	agent    *agent.Agent
 	gpus     gpu.Source
 	http     *http.Server
-	close    func() error
+	// socket is the unix socket the agent's API is served on.
+	socket string
+	close  func() error
 }
 
 // startLocalAgent opens the runtime (Docker for jobs with an image and
@@ -115,22 +116,25 @@ func (s *Server) startLocalAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sock := filepath.Join(dir, "agent.sock")
-	_ = os.Remove(sock)
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return fmt.Errorf("local agent socket: %w", err)
-	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	cl, err := agentclient.New("unix://"+sock, token, nil)
+	sock, err := localSocketPath(s.opts.DataDir, dir)
 	if err != nil {
 		return err
 	}
-	s.local = &localAgent{agent: a, gpus: src, http: hs, close: func() error {
+	ln, err := sock.listen()
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	cl, err := agentclient.New("unix://"+sock.path, token, nil)
+	if err != nil {
+		return err
+	}
+	s.local = &localAgent{agent: a, gpus: src, http: hs, socket: sock.path, close: func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		err := hs.Shutdown(sctx)
+		sock.remove()
 		if c, ok := rt.(interface{ Close() error }); ok {
 			err = errors.Join(err, c.Close())
 		}
