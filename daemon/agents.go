@@ -81,9 +81,10 @@ type localAgent struct {
 	agent    *agent.Agent
 	gpus     gpu.Source
 	http     *http.Server
-	// socket is the unix socket the agent's API is served on.
-	socket string
-	close  func() error
+	// socket is the unix socket the agent's API is served on; id labels
+	// its containers (see localAgentID).
+	socket, id string
+	close      func() error
 }
 
 // startLocalAgent opens the runtime (Docker for jobs with an image and
@@ -95,7 +96,11 @@ func (s *Server) startLocalAgent(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("local agent: %w", err)
 	}
-	rt, dinfo, err := s.openLocalRuntime(ctx, dir)
+	id, err := localAgentID(s.opts.DataDir, dir)
+	if err != nil {
+		return err
+	}
+	rt, dinfo, err := s.openLocalRuntime(ctx, dir, id)
 	if err != nil {
 		return fmt.Errorf("local agent runtime: %w", err)
 	}
@@ -130,7 +135,7 @@ func (s *Server) startLocalAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.local = &localAgent{agent: a, gpus: src, http: hs, socket: sock.path, close: func() error {
+	s.local = &localAgent{agent: a, gpus: src, http: hs, socket: sock.path, id: id, close: func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		err := hs.Shutdown(sctx)

@@ -34,13 +34,14 @@ type mixedRuntime struct {
 
 // openLocalRuntime opens the local agent's runtime: the forced kind when
 // Options.Runtime is set, else Docker and processes side by side when the
-// engine answers, else processes alone (OpenRuntime logs why).
-func (s *Server) openLocalRuntime(ctx context.Context, dir string) (runtime.Runtime, api.DockerInfo, error) {
-	rt, info, err := agent.OpenRuntime(ctx, agent.RuntimeOptions{Kind: s.opts.Runtime, DataDir: dir, AgentID: "local", Logger: s.log})
+// engine answers, else processes alone (OpenRuntime logs why). agentID
+// tells its jobs from other agents' (localAgentID).
+func (s *Server) openLocalRuntime(ctx context.Context, dir, agentID string) (runtime.Runtime, api.DockerInfo, error) {
+	rt, info, err := agent.OpenRuntime(ctx, agent.RuntimeOptions{Kind: s.opts.Runtime, DataDir: dir, AgentID: agentID, Logger: s.log})
 	if err != nil || s.opts.Runtime != "" || rt.Name() != agent.RuntimeDocker {
 		return rt, info, err
 	}
-	p, err := process.New(process.Config{DataDir: filepath.Join(dir, "jobs"), AgentID: "local", ShimCommand: s.opts.ShimCommand})
+	p, err := process.New(process.Config{DataDir: filepath.Join(dir, "jobs"), AgentID: agentID, ShimCommand: s.opts.ShimCommand})
 	if err != nil {
 		_ = rt.Close()
 		return nil, info, fmt.Errorf("process runtime: %w", err)

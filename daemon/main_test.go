@@ -74,6 +74,7 @@ func startServerWith(t testing.TB, opts Options) *testServer {
 		}
 		cancel()
 		<-done
+		removeContainers(t, srv)
 	})
 	return &testServer{Server: srv, t: t, admin: srv.AdminToken()}
 }
