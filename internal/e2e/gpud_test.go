@@ -175,6 +175,28 @@ type server struct {
 	cli        *cli
 }
 
+// removeContainers removes the containers of the local agent of the server
+// on dataDir (labelled with the id it keeps in agent/agent-id), so a test
+// leaves none behind on the shared Docker engine.
+func removeContainers(t *testing.T, dataDir string) {
+	t.Helper()
+	id, err := os.ReadFile(filepath.Join(dataDir, "agent", "agent-id"))
+	if err != nil {
+		t.Errorf("local agent id: %v", err)
+		return
+	}
+	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=dev.gpud.agent="+strings.TrimSpace(string(id))).Output()
+	if err != nil {
+		t.Errorf("list containers: %v", err)
+		return
+	}
+	if ids := strings.Fields(string(out)); len(ids) > 0 {
+		if out, err := exec.Command("docker", append([]string{"rm", "-f"}, ids...)...).CombinedOutput(); err != nil {
+			t.Errorf("remove containers: %v: %s", err, out)
+		}
+	}
+}
+
 // startServer runs gpud serve on a free port with the given runtime (and
 // extra serve flags) and logs the client in with the admin token it
 // prints once.
@@ -203,6 +225,9 @@ func startServer(t *testing.T, runtime string, extra ...string) *server {
 		_ = cmd.Wait()
 		if t.Failed() {
 			t.Logf("gpud serve logs:\n%s", logs.String())
+		}
+		if runtime != "process" {
+			removeContainers(t, filepath.Join(c.home, "server"))
 		}
 	})
 	tokens := make(chan string, 1)
