@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/sched"
 	"gpud.dev/gpud/store"
 )
 
@@ -13,6 +14,20 @@ import (
 // dispatched every node of its attempt knows its host. The cluster part of
 // the job spec (DSTACK_*/GPUD_* on the host: rank, node count, master and
 // node addresses, MPI hostfile, GPUs per node) is filled from those hosts.
+
+// fleetTopology has one level, the fleet label every node carries: a
+// multi-node gang is required to land within one fleet, whose hosts are
+// meant to reach each other (placement: cluster).
+func fleetTopology() sched.Topology { return sched.Topology{Name: "fleet", Levels: []string{"fleet"}} }
+
+// gangTopology is the scheduling constraint of a gang of n jobs of a run
+// of type kind: a multi-node task's nodes share one fleet.
+func gangTopology(kind api.Kind, n int) sched.TopologyConstraint {
+	if kind == api.KindService || n < 2 {
+		return sched.TopologyConstraint{}
+	}
+	return sched.TopologyConstraint{Name: "fleet", Required: "fleet"}
+}
 
 // jobCluster returns j's place in its gang with the addresses of the hosts
 // the gang was placed on, in node-rank order (the master, rank 0, first).

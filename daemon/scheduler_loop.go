@@ -144,6 +144,7 @@ func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 		snap.Nodes = append(snap.Nodes, node)
 	}
 	snap.Queues = s.schedQueues()
+	snap.Topologies = append(snap.Topologies, fleetTopology())
 	for _, u := range s.store.Usage().List() {
 		var secs map[string]float64
 		if decodeJSONBytes(u.Spec, &secs) != nil {
@@ -199,6 +200,7 @@ func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 				name = g[0].ID
 			}
 			sj := sched.Job{Name: name, Queue: run.Queue, Priority: rs.Priority, Preemptible: rs.Preemptible, MinMembers: min(max(rs.MinNodes, 1), len(g))}
+			sj.Topology = gangTopology(rs.Type, len(g))
 			for _, j := range g {
 				js := cachedSpecOf[jobState](&s.specs, j)
 				t := sched.Task{GPU: js.Request.GPU, GPUName: gpuModel(js.Request.GPUName), GPUMemory: js.Request.GPUMemory, CPU: js.Request.CPU, Memory: js.Request.Memory}
