@@ -221,11 +221,13 @@ func (s *Server) watchUtilization(id string, minPct int, window time.Duration) {
 // /proc/net/tcp{,6} for jobs on the server's own host. Jobs on other hosts
 // are not judged (their agents do not report connections yet).
 func (s *Server) watchInactivity(id string, d time.Duration) {
-	var lastAttached time.Time
+	// idleSince is the first sample that saw no client after one was seen
+	// (or the first sample at all). Counting from there, not from the last
+	// sample that saw a client, means the run never stops sooner than d after
+	// the client really left, whatever the sampling interval.
+	var idleSince time.Time
 	s.runWatcher("inactivity", id, pollEvery(d), func(_ store.Record, jobs []store.Record, now time.Time) string {
-		if lastAttached.IsZero() {
-			lastAttached = now
-		}
+		attached := false
 		for _, j := range jobs {
 			if s.local == nil || j.Instance != s.local.instance {
 				return ""
@@ -237,11 +239,16 @@ func (s *Server) watchInactivity(id string, d time.Duration) {
 				}
 			}
 			if attachedConnections(ports) > 0 {
-				lastAttached = now
+				attached = true
 			}
 		}
-		if now.Sub(lastAttached) >= d {
-			return fmt.Sprintf("inactivity_duration %s: no client attached since %s", d, lastAttached.UTC().Format(time.RFC3339))
+		switch {
+		case attached:
+			idleSince = time.Time{}
+		case idleSince.IsZero():
+			idleSince = now
+		case now.Sub(idleSince) >= d:
+			return fmt.Sprintf("inactivity_duration %s: no client attached since %s", d, idleSince.UTC().Format(time.RFC3339))
 		}
 		return ""
 	})
