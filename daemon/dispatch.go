@@ -178,6 +178,9 @@ func (s *Server) watch(id string, link *agentLink) {
 				s.interruptJob(s.ctx, id, "the agent no longer has the job")
 				return
 			}
+			if j, gerr := s.store.Jobs().Get(id); gerr != nil || finishedJob(j.Status) {
+				return // ended without its agent (its host was lost)
+			}
 			select {
 			case <-s.ctx.Done():
 			case <-time.After(time.Second):
