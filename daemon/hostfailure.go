@@ -43,6 +43,9 @@ func (a *agentSet) remove(instance string) {
 // it with instance_unreachable (interrupted, so the retry policy applies).
 // Jobs that were already being stopped end as stopped.
 func (s *Server) hostUnreachable(ctx context.Context, instance, why string) {
+	if s.ctx.Err() != nil {
+		return // the server is shutting down: the connections closing are its own
+	}
 	s.agents.remove(instance)
 	reason := ReasonInstanceUnreachable + ": host " + instance + " stopped answering (" + why + ")"
 	n := 0

@@ -92,8 +92,8 @@ func (s *Server) startRegistration() error {
 			}()
 		},
 		OnDisconnect: func(a *registration.Agent) {
-			if s.registration.Agent(a.Fleet, a.Host) != nil {
-				return // replaced by a newer tunnel of the same host
+			if s.ctx.Err() != nil || s.registration.Agent(a.Fleet, a.Host) != nil {
+				return // the server is closing, or a newer tunnel of the host replaced this one
 			}
 			f, _ := s.store.Fleets().Get(a.Fleet)
 			if _, err := s.store.Apply(context.WithoutCancel(s.ctx), event(f.Project, store.KindInstance, tunnelInstanceID(a), "unreachable", "registration tunnel closed")); err != nil {
