@@ -212,6 +212,13 @@ func TestSSHClusterHostFailureRetriesElsewhereAndStopsTheStaleJob(t *testing.T) 
 		}
 		return nil
 	})
+	var events []api.Event
+	c.must(http.StatusOK, c.admin, "GET", "/api/v1/projects/main/events", nil, &events)
+	if !slices.ContainsFunc(events, func(e api.Event) bool {
+		return e.Kind == "instances" && e.Subject == second.Instance && e.Status == "stale_job_stopped" && strings.Contains(e.Reason, second.ID)
+	}) {
+		t.Errorf("no stale_job_stopped event naming job %s on %s", second.ID, second.Instance)
+	}
 	if !sleeping(c.hostOf(t, third.Instance)) {
 		t.Errorf("the current attempt no longer runs on %s", third.Instance)
 	}
