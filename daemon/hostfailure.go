@@ -53,6 +53,7 @@ func (s *Server) hostUnreachable(ctx context.Context, instance, why string) {
 		switch j.Status {
 		case store.JobProvisioning, store.JobPulling, store.JobRunning:
 			s.interruptJob(ctx, j.ID, reason)
+			s.stopGangSiblings(ctx, j, reason)
 			n++
 		case store.JobTerminating:
 			s.endStopped(ctx, j.ID, reason)
@@ -61,6 +62,30 @@ func (s *Server) hostUnreachable(ctx context.Context, instance, why string) {
 	}
 	if n > 0 {
 		s.log.Warn().Str("instance", instance).Str("why", why).Int("jobs", n).Msg("host unreachable; its jobs failed")
+	}
+}
+
+// stopGangSiblings stops the other nodes of a lost job's multi-node gang:
+// torchrun, MPI and the like cannot go on without a node, and the run's
+// attempt must end for its retry policy to start the whole gang again.
+func (s *Server) stopGangSiblings(ctx context.Context, lost store.Record, reason string) {
+	ls := cachedSpecOf[jobState](&s.specs, lost)
+	if ls.NodesNum <= 1 {
+		return
+	}
+	why := "stopped: node " + lost.Name + " of its gang was lost (" + reason + ")"
+	for _, o := range s.store.Jobs().ByRun(lost.Run) {
+		os := cachedSpecOf[jobState](&s.specs, o)
+		if o.ID == lost.ID || os.Attempt != ls.Attempt || os.ReplicaNum != ls.ReplicaNum {
+			continue
+		}
+		_ = s.updateJob(ctx, o.ID, func(j *store.Record, _ *jobState) (bool, []store.Mutation) {
+			if finishedJob(j.Status) || j.Status == store.JobTerminating || j.Status == store.JobSubmitted {
+				return false, nil
+			}
+			j.Status, j.Reason = store.JobTerminating, why
+			return true, []store.Mutation{event(j.Project, store.KindJob, j.ID, j.Status, why)}
+		})
 	}
 }
 

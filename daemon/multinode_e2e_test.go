@@ -145,6 +145,46 @@ commands:
 	}
 }
 
+// TestSSHClusterLostNodeRestartsTheWholeGang: when the host of one node
+// of a running two-node task dies, the other node is stopped too (the
+// gang cannot go on without it) and the retry starts both nodes again on
+// the two hosts left.
+func TestSSHClusterLostNodeRestartsTheWholeGang(t *testing.T) {
+	c := startSSHCluster(t, 3, "2xH100:80GB")
+	task := "type: task\nname: gang\nnodes: 2\nresources:\n  gpu: 2\ncommands: [sleep 3003]\nretry:\n  on_events: [interruption]\n  duration: 10m\n"
+	c.must(http.StatusCreated, c.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(task), nil)
+	bothRunning := func(exclude string) []api.Job {
+		t.Helper()
+		var jobs []api.Job
+		testutil.Eventually(t, 60*time.Second, func() error {
+			jobs = c.run(t, "gang").Jobs
+			if len(jobs) != 2 || jobs[0].Status != "running" || jobs[1].Status != "running" ||
+				jobs[0].Instance == exclude || jobs[1].Instance == exclude {
+				return testutil.Errorf("jobs %+v, want both nodes running off %q", jobs, exclude)
+			}
+			return nil
+		})
+		return jobs
+	}
+	first := bothRunning("")
+	c.hostOf(t, first[1].Instance).Kill(t)
+	survivor := c.hostOf(t, first[0].Instance)
+	testutil.Eventually(t, 20*time.Second, func() error {
+		j, err := c.Store().Jobs().Get(first[0].ID)
+		if err != nil || j.Status != "terminated" || !strings.Contains(j.Reason, ReasonInstanceUnreachable) {
+			return testutil.Errorf("surviving node %s (%s), want terminated because its peer was lost", j.Status, j.Reason)
+		}
+		return nil
+	})
+	second := bothRunning(first[1].Instance)
+	if second[0].ID == first[0].ID || second[1].ID == first[1].ID {
+		t.Errorf("jobs %+v are not a new attempt", second)
+	}
+	if n := strings.Count(survivor.Exec(t, "ps -o args"), "sleep 3003"); n != 1 {
+		t.Errorf("%d copies of the task on the surviving host, want 1 (the new attempt's)", n)
+	}
+}
+
 // TestSSHClusterHostFailureRetriesElsewhereAndStopsTheStaleJob: a task
 // with a retry policy runs on one host of three. Killing that host fails
 // the job with instance_unreachable within the bound and the run retries
