@@ -95,12 +95,12 @@ func (s *Server) startRegistration() error {
 			if s.ctx.Err() != nil || s.registration.Agent(a.Fleet, a.Host) != nil {
 				return // the server is closing, or a newer tunnel of the host replaced this one
 			}
+			s.hostUnreachable(s.ctx, tunnelInstanceID(a), "registration tunnel closed")
 			f, _ := s.store.Fleets().Get(a.Fleet)
 			if _, err := s.store.Apply(context.WithoutCancel(s.ctx), event(f.Project, store.KindInstance, tunnelInstanceID(a), "unreachable", "registration tunnel closed")); err != nil {
 				s.log.Warn().Err(err).Str("host", a.Host).Msg("record tunnel event")
 			}
 			s.setInstanceHealth(tunnelInstanceID(a), "unreachable: registration tunnel closed")
-			s.hostUnreachable(s.ctx, tunnelInstanceID(a), "registration tunnel closed")
 		},
 	}
 	mux := http.NewServeMux()

@@ -24,7 +24,8 @@ import (
 // socket reached only through SSH) and registers it as an instance with
 // backend "ssh"; re-applying adds and tears down hosts; deleting the fleet
 // tears all of them down. A monitor per host records unreachable and
-// reachable-again transitions as instance events.
+// reachable-again transitions as instance events and hands them to the
+// host-failure handling (hostfailure.go).
 
 // sshHost is one provisioned host of an SSH fleet.
 type sshHost struct {
@@ -172,11 +173,13 @@ func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
 		if err != nil {
 			reason, health = err.Error(), "unreachable: "+err.Error()
 		}
+		if err != nil {
+			// First out of scheduling, so nothing new lands on it.
+			s.hostUnreachable(ctx, h.instance, err.Error())
+		}
 		s.sshEvent(h, string(st), reason)
 		s.setInstanceHealth(h.instance, health)
-		if err != nil {
-			s.hostUnreachable(ctx, h.instance, err.Error())
-		} else {
+		if err == nil {
 			s.hostBack(link)
 		}
 	})
