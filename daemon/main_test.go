@@ -67,10 +67,15 @@ func startServerWith(t testing.TB, opts Options) *testServer {
 				_, _ = srv.store.Apply(context.Background(), srv.stopMutations(r, true, "test cleanup")...)
 			}
 		}
-		for _, j := range srv.store.Jobs().List() {
-			if srv.local != nil && !finishedJob(j.Status) {
-				_, _ = srv.local.agent.Stop(context.Background(), j.ID)
+		if srv.local != nil {
+			// Stop and wait for every job the local agent has, so no shim
+			// is still writing into the data dir when t.TempDir removes it.
+			waitCtx, cancelWait := context.WithTimeout(context.Background(), 20*time.Second)
+			for _, j := range srv.local.agent.List() {
+				_, _ = srv.local.agent.Stop(waitCtx, j.ID)
+				_, _ = srv.local.agent.Wait(waitCtx, j.ID)
 			}
+			cancelWait()
 		}
 		cancel()
 		<-done
