@@ -27,8 +27,9 @@ type storedLine struct {
 // line it kept, so lines are neither lost nor doubled.
 func (s *Server) followLogs(ctx context.Context, id string, link *agentLink) {
 	since := s.lastLogTime(id)
+	follow := true
 	for ctx.Err() == nil {
-		err := link.client.Logs(ctx, id, agentclient.LogOptions{Follow: true, Since: since}, func(e api.JobLogEntry) error {
+		err := link.client.Logs(ctx, id, agentclient.LogOptions{Follow: follow, Since: since}, func(e api.JobLogEntry) error {
 			if !e.Time.After(since) && !since.IsZero() {
 				return nil
 			}
@@ -37,8 +38,15 @@ func (s *Server) followLogs(ctx context.Context, id string, link *agentLink) {
 			_, err := s.store.Logs().Append(id, append(b, '\n'))
 			return err
 		})
-		if err == nil || agentclient.IsNotFound(err) {
+		if err == nil || agentclient.IsNotFound(err) || !follow {
 			return
+		}
+		if j, gerr := s.store.Jobs().Get(id); gerr != nil || finishedJob(j.Status) {
+			// The job ended without its agent's stream ending (its host was
+			// lost): one last read without follow picks up what the agent
+			// still has, then stop instead of retrying for ever.
+			follow = false
+			continue
 		}
 		select {
 		case <-ctx.Done():
