@@ -50,26 +50,51 @@ type running struct {
 	cli   *client.Client
 }
 
-func (h host) start(t testing.TB) *running {
+// runtime opens the host's runtime of its kind, as an agent would.
+func (h host) runtime(t testing.TB) (runtime.Runtime, api.DockerInfo) {
 	t.Helper()
-	ctx := context.Background()
-	var rt runtime.Runtime
-	var dockerInfo api.DockerInfo
-	switch h.kind {
-	case "docker":
-		d, err := docker.New(ctx, docker.Config{DataDir: h.dataDir + "/docker", AgentID: h.agentID, ClientOptions: h.dockerOpts})
+	if h.kind == "docker" {
+		d, err := docker.New(context.Background(), docker.Config{DataDir: h.dataDir + "/docker", AgentID: h.agentID, ClientOptions: h.dockerOpts})
 		if err != nil {
 			t.Fatal(err)
 		}
 		v, apiv := d.EngineVersion()
-		rt, dockerInfo = d, api.DockerInfo{Usable: true, Version: v, APIVersion: apiv}
-	default:
-		p, err := process.New(process.Config{DataDir: h.dataDir + "/jobs", AgentID: h.agentID, ShimCommand: dockerimage.ShimCommand()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt = p
+		return d, api.DockerInfo{Usable: true, Version: v, APIVersion: apiv}
 	}
+	p, err := process.New(process.Config{DataDir: h.dataDir + "/jobs", AgentID: h.agentID, ShimCommand: dockerimage.ShimCommand()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, api.DockerInfo{}
+}
+
+// waitEnded waits, with no agent running, until the host's runtime
+// reports job id as ended.
+func (h host) waitEnded(t testing.TB, id string) {
+	t.Helper()
+	rt, _ := h.runtime(t)
+	defer rt.Close()
+	testutil.Eventually(t, 20*time.Second, func() error {
+		found, err := rt.Adopt(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, f := range found {
+			if f.Handle.JobID == id {
+				if f.Running {
+					return fmt.Errorf("job %s still runs", id)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("the runtime does not know job %s: %+v", id, found)
+	})
+}
+
+func (h host) start(t testing.TB) *running {
+	t.Helper()
+	ctx := context.Background()
+	rt, dockerInfo := h.runtime(t)
 	gpus, err := gpu.Open(ctx, gpu.Options{Fake: "8xH100:80GB"})
 	if err != nil {
 		t.Fatal(err)
@@ -322,8 +347,8 @@ func TestRestartReadoptsRunningJobsAndReportsJobsThatEnded(t *testing.T) {
 			if err := os.WriteFile(gates+"/ended", nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			// Give "ended" time to end while no agent runs, proven by its exit below.
-			time.Sleep(300 * time.Millisecond)
+			// "ended" ends while no agent runs.
+			h.waitEnded(t, "ended")
 
 			second := h.start(t)
 			removeAll(t, second.cli)
