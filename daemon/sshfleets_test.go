@@ -212,6 +212,9 @@ func BenchmarkApplySSHFleetThreeHostsReady(b *testing.B) {
 			if len(fleet.Instances) == 3 {
 				break
 			}
+			if time.Since(start) > 2*time.Minute {
+				b.Fatalf("after %s only %d of 3 hosts are instances: %+v", time.Since(start), len(fleet.Instances), fleet.Instances)
+			}
 			time.Sleep(20 * time.Millisecond)
 		}
 		total += time.Since(start)
