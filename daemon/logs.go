@@ -75,11 +75,7 @@ func (s *Server) lastLogTime(id string) time.Time {
 
 // handleLogs streams a run's logs as NDJSON (see api/server.go).
 func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) error {
-	project, _, err := s.authorize(r, api.RoleUser)
-	if err != nil {
-		return err
-	}
-	run, err := s.findRun(project, r.PathValue("run"))
+	run, err := s.authorizedRun(r)
 	if err != nil {
 		return err
 	}

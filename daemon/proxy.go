@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
 )
 
@@ -17,11 +16,7 @@ import (
 // with the prefix stripped, flushing as bytes arrive (SSE and streaming
 // responses are not buffered).
 func (s *Server) handleServiceProxy(w http.ResponseWriter, r *http.Request) error {
-	project, _, err := s.authorize(r, api.RoleUser)
-	if err != nil {
-		return err
-	}
-	run, err := s.findRun(project, r.PathValue("run"))
+	run, err := s.authorizedRun(r)
 	if err != nil {
 		return err
 	}
@@ -46,7 +41,7 @@ func (s *Server) handleServiceProxy(w http.ResponseWriter, r *http.Request) erro
 		return apiErr(http.StatusServiceUnavailable, "no_replica", "", "service %q has no running replica (status %s)", run.Name, run.Status)
 	}
 	target := targets[int(s.proxyRR.Add(1))%len(targets)]
-	prefix := "/proxy/services/" + project + "/" + r.PathValue("run")
+	prefix := "/proxy/services/" + run.Project + "/" + r.PathValue("run")
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: target})

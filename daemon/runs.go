@@ -134,6 +134,18 @@ func (s *Server) findRun(project, name string) (store.Record, error) {
 	return *found, nil
 }
 
+// authorizedRun is the preamble of the handlers whose path names a
+// {project} and a {run} (get, delete, logs, service proxy): it checks that the caller holds at least
+// the user role in the path's project, then returns the run the path names
+// (see findRun), or the authorization or not-found error to send back.
+func (s *Server) authorizedRun(r *http.Request) (store.Record, error) {
+	project, _, err := s.authorize(r, api.RoleUser)
+	if err != nil {
+		return store.Record{}, err
+	}
+	return s.findRun(project, r.PathValue("run"))
+}
+
 func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
@@ -154,11 +166,7 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request) error {
-	project, _, err := s.authorize(r, api.RoleUser)
-	if err != nil {
-		return err
-	}
-	run, err := s.findRun(project, r.PathValue("run"))
+	run, err := s.authorizedRun(r)
 	if err != nil {
 		return err
 	}
@@ -238,11 +246,7 @@ func (s *Server) stopMutations(run store.Record, abort bool, reason string) []st
 }
 
 func (s *Server) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {
-	project, _, err := s.authorize(r, api.RoleUser)
-	if err != nil {
-		return err
-	}
-	run, err := s.findRun(project, r.PathValue("run"))
+	run, err := s.authorizedRun(r)
 	if err != nil {
 		return err
 	}
