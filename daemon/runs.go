@@ -34,23 +34,34 @@ func (n *nameLocks) lock(key string) func() {
 	return m.Unlock
 }
 
-func (s *Server) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
+// readRunSubmission is what plan and apply share: it checks that the caller
+// holds at least the user role in the path's project, decodes the
+// ApplyRunRequest body and builds the run and its jobs from the
+// configuration, without writing anything. The run's Project and User are
+// the path's project and the caller.
+func (s *Server) readRunSubmission(w http.ResponseWriter, r *http.Request) (*submission, api.ApplyRunRequest, error) {
+	var req api.ApplyRunRequest
 	project, c, err := s.authorize(r, api.RoleUser)
 	if err != nil {
-		return err
+		return nil, req, err
 	}
-	var req api.ApplyRunRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		return err
+		return nil, req, err
 	}
 	cfg, err := parseConfig(req.ApplyRequest)
 	if err != nil {
-		return err
+		return nil, req, err
 	}
 	sub, err := s.buildRun(project, c.name, req, cfg)
+	return sub, req, err
+}
+
+func (s *Server) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
+	sub, _, err := s.readRunSubmission(w, r)
 	if err != nil {
 		return err
 	}
+	project := sub.run.Project
 	sub.run.Status = store.RunPending
 	plan := api.RunPlan{Action: "create", Run: s.runOut(sub.run, sub.jobs)}
 	if _, active, _ := s.checkNameFree(project, sub.run.Name, true); active != nil {
@@ -70,25 +81,14 @@ func (s *Server) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleApplyRun(w http.ResponseWriter, r *http.Request) error {
-	project, c, err := s.authorize(r, api.RoleUser)
+	sub, req, err := s.readRunSubmission(w, r)
 	if err != nil {
 		return err
 	}
-	var req api.ApplyRunRequest
-	if err := decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	cfg, err := parseConfig(req.ApplyRequest)
-	if err != nil {
-		return err
-	}
-	sub, err := s.buildRun(project, c.name, req, cfg)
-	if err != nil {
-		return err
-	}
+	project, user := sub.run.Project, sub.run.User
 	unlock := s.names.lock(project + "/" + sub.run.Name)
 	defer unlock()
-	if run, ok, err := s.applyPriorityInPlace(sub, c.name); err != nil || ok {
+	if run, ok, err := s.applyPriorityInPlace(sub, user); err != nil || ok {
 		if err != nil {
 			return err
 		}
@@ -102,7 +102,7 @@ func (s *Server) handleApplyRun(w http.ResponseWriter, r *http.Request) error {
 	if active != nil {
 		// Replacing an active run: stop it; the new one waits in the
 		// queue until the old one's resources are released.
-		muts = append(muts, s.stopMutations(*active, false, "replaced by a new submission from "+c.name)...)
+		muts = append(muts, s.stopMutations(*active, false, "replaced by a new submission from "+user)...)
 	}
 	muts = append(muts, store.Create(sub.run))
 	for _, j := range sub.jobs {
