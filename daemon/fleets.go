@@ -82,12 +82,22 @@ func (s *Server) findFleet(project, name string) (store.Record, error) {
 	return store.Record{}, notFound("fleet", name)
 }
 
-func (s *Server) handleGetFleet(w http.ResponseWriter, r *http.Request) error {
-	project, _, err := s.authorize(r, api.RoleUser)
+// authorizedFleet is the preamble of the handlers whose path names a
+// {project} and a {fleet}: it checks that the caller holds at least role in
+// the path's project, then returns that project, the caller and the fleet
+// the path names (see findFleet: it may be a shared fleet whose Project is
+// ""), or the authorization or not-found error to send back.
+func (s *Server) authorizedFleet(r *http.Request, role string) (string, caller, store.Record, error) {
+	project, c, err := s.authorize(r, role)
 	if err != nil {
-		return err
+		return "", caller{}, store.Record{}, err
 	}
 	f, err := s.findFleet(project, r.PathValue("fleet"))
+	return project, c, f, err
+}
+
+func (s *Server) handleGetFleet(w http.ResponseWriter, r *http.Request) error {
+	project, _, f, err := s.authorizedFleet(r, api.RoleUser)
 	if err != nil {
 		return err
 	}
@@ -96,15 +106,7 @@ func (s *Server) handleGetFleet(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleApplyFleet(w http.ResponseWriter, r *http.Request) error {
-	project, c, err := s.authorize(r, api.RoleManager)
-	if err != nil {
-		return err
-	}
-	var req api.ApplyRequest
-	if err := decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	cfg, err := parseConfig(req)
+	project, c, cfg, err := s.readApplyConfig(w, r, api.RoleManager)
 	if err != nil {
 		return err
 	}
@@ -130,11 +132,7 @@ func (s *Server) handleApplyFleet(w http.ResponseWriter, r *http.Request) error 
 }
 
 func (s *Server) handleDeleteFleet(w http.ResponseWriter, r *http.Request) error {
-	project, c, err := s.authorize(r, api.RoleManager)
-	if err != nil {
-		return err
-	}
-	f, err := s.findFleet(project, r.PathValue("fleet"))
+	project, c, f, err := s.authorizedFleet(r, api.RoleManager)
 	if err != nil {
 		return err
 	}

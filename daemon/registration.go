@@ -187,11 +187,7 @@ func (s *Server) registrationCert() (tls.Certificate, error) {
 
 // handleIssueRegistrationToken issues a token for a fleet (manager).
 func (s *Server) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Request) error {
-	project, c, err := s.authorize(r, api.RoleManager)
-	if err != nil {
-		return err
-	}
-	f, err := s.findFleet(project, r.PathValue("fleet"))
+	project, c, f, err := s.authorizedFleet(r, api.RoleManager)
 	if err != nil {
 		return err
 	}
@@ -214,11 +210,7 @@ func (s *Server) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Req
 
 // handleRevokeRegistrationToken revokes a token and drops its tunnels.
 func (s *Server) handleRevokeRegistrationToken(w http.ResponseWriter, r *http.Request) error {
-	project, c, err := s.authorize(r, api.RoleManager)
-	if err != nil {
-		return err
-	}
-	f, err := s.findFleet(project, r.PathValue("fleet"))
+	project, c, f, err := s.authorizedFleet(r, api.RoleManager)
 	if err != nil {
 		return err
 	}
