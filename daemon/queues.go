@@ -115,15 +115,7 @@ func (s *Server) schedQueues() []sched.Queue {
 }
 
 func (s *Server) handleApplyQueue(w http.ResponseWriter, r *http.Request) error {
-	project, c, err := s.authorize(r, api.RoleManager)
-	if err != nil {
-		return err
-	}
-	var req api.ApplyRequest
-	if err := decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	cfg, err := parseConfig(req)
+	project, c, cfg, err := s.readApplyConfig(w, r, api.RoleManager)
 	if err != nil {
 		return err
 	}

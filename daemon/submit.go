@@ -38,6 +38,25 @@ func parseConfig(req api.ApplyRequest) (*api.Config, error) {
 	return cfg, nil
 }
 
+// readApplyConfig is the preamble of the apply handlers of the
+// configuration kinds that are stored as they are (fleet, queue): it checks
+// that the caller holds at least role in the path's project, decodes the
+// ApplyRequest body and parses its configuration, and returns the project,
+// the caller and the parsed configuration, or the error to send back. The
+// caller still checks that the configuration is of the kind it applies.
+func (s *Server) readApplyConfig(w http.ResponseWriter, r *http.Request, role string) (string, caller, *api.Config, error) {
+	project, c, err := s.authorize(r, role)
+	if err != nil {
+		return "", caller{}, nil, err
+	}
+	var req api.ApplyRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return "", caller{}, nil, err
+	}
+	cfg, err := parseConfig(req)
+	return project, c, cfg, err
+}
+
 // submission is a run ready to be stored: its record and its jobs'.
 type submission struct {
 	run  store.Record
