@@ -31,7 +31,7 @@ func TestRegisteredHostThatStopsAnsweringLosesItsJobUntilItComesBack(t *testing.
 		api.ApplyRequest{ConfigurationYAML: "type: fleet\nname: metal\nnodes: 0..4\n"}, nil)
 	var tok api.RegistrationToken
 	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/fleets/metal/tokens", nil, &tok)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	agent := exec.Command(bin, "agent", "--server", ts.RegistrationURL(), "--token", tok.Token,
 		"--server-ca", filepath.Join(ts.opts.DataDir, RegistrationCAFile),
 		"--data-dir", t.TempDir(), "--runtime", "process", "--fake-gpus", "1xA100:40GB")

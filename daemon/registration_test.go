@@ -1,37 +1,16 @@
 package daemon
 
 import (
-	"bytes"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
 )
-
-// syncBuffer collects a process's output safely.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestRegisteredAgentJoinsItsFleetUntilTheTokenIsRevoked runs the server
 // with registration on and a real `gpud agent --server` process: a fleet
@@ -46,16 +25,8 @@ func TestRegisteredAgentJoinsItsFleetUntilTheTokenIsRevoked(t *testing.T) {
 	var tok api.RegistrationToken
 	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/fleets/metal/tokens", nil, &tok)
 	ca := filepath.Join(ts.opts.DataDir, RegistrationCAFile)
-	agent := func() (*exec.Cmd, *syncBuffer) {
-		var out syncBuffer
-		cmd := exec.Command(bin, "agent", "--server", ts.RegistrationURL(), "--token", tok.Token, "--server-ca", ca,
-			"--data-dir", t.TempDir(), "--runtime", "process", "--fake-gpus", "4xA100:40GB")
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill() })
-		return cmd, &out
+	agent := func() (*exec.Cmd, *testutil.SyncBuffer) {
+		return testutil.StartRegisteringAgent(t, bin, ts.RegistrationURL(), tok.Token, ca, "4xA100:40GB")
 	}
 	cmd, out := agent()
 	testutil.Eventually(t, 30*time.Second, func() error {
@@ -68,20 +39,9 @@ func TestRegisteredAgentJoinsItsFleetUntilTheTokenIsRevoked(t *testing.T) {
 	})
 
 	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/projects/main/fleets/metal/tokens/"+tok.ID, nil, nil)
-	exited := func(cmd *exec.Cmd, out *syncBuffer) {
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err == nil || !strings.Contains(out.String(), "registration refused") {
-				t.Fatalf("agent exit %v; want refused, output:\n%s", err, out)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatalf("agent still running with a revoked token; output:\n%s", out)
-		}
-	}
-	exited(cmd, out)
-	exited(agent())
+	testutil.WaitRegistrationRefused(t, cmd, out, 20*time.Second)
+	cmd, out = agent()
+	testutil.WaitRegistrationRefused(t, cmd, out, 20*time.Second)
 	if _, err := os.Stat(ca); err != nil {
 		t.Errorf("no CA file for agents: %v", err)
 	}

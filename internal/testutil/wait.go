@@ -1,5 +1,6 @@
 // Package testutil holds helpers shared by gpud's tests: waits with
-// deadlines, temporary directories, free ports. It is imported only by
+// deadlines, temporary directories, free ports, the static gpud binary and
+// the registering agent processes it runs. It is imported only by
 // _test.go files and test harnesses and must not import daemon.
 package testutil
 

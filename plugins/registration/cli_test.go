@@ -1,38 +1,17 @@
 package registration
 
 import (
-	"bytes"
 	"context"
 	"encoding/pem"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"gpud.dev/gpud/agent/client"
 	"gpud.dev/gpud/internal/testutil"
 )
-
-// lockedBuffer collects a process's output safely.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestGpudAgentWithServerFlagRegisters runs the real `gpud agent --server
 // URL --token T --server-ca CA` process: it registers over TLS, the server
@@ -48,18 +27,7 @@ func TestGpudAgentWithServerFlagRegisters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := func(t *testing.T) (*exec.Cmd, *lockedBuffer) {
-		var out lockedBuffer
-		cmd := exec.Command(os.Getenv(testutil.StaticGpudEnv), "agent", "--server", srv.URL, "--token", tok, "--server-ca", ca,
-			"--data-dir", t.TempDir(), "--runtime", "process", "--fake-gpus", "8xH100:80GB")
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill() })
-		return cmd, &out
-	}
-	cmd, out := start(t)
+	cmd, out := testutil.StartRegisteringAgent(t, os.Getenv(testutil.StaticGpudEnv), srv.URL, tok, ca, "8xH100:80GB")
 	hostname, _ := os.Hostname()
 	var a *Agent
 	testutil.Eventually(t, 20*time.Second, func() error {
@@ -85,15 +53,5 @@ func TestGpudAgentWithServerFlagRegisters(t *testing.T) {
 	// Revoke: the connected agent is dropped and cannot come back.
 	tokens.Revoke(id)
 	ac.DropToken(id)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(out.String(), "registration refused") {
-			t.Fatalf("agent exit %v after revocation; output:\n%s", err, out)
-		}
-	case <-time.After(15 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("agent still running after its token was revoked; output:\n%s", out)
-	}
+	testutil.WaitRegistrationRefused(t, cmd, out, 15*time.Second)
 }

@@ -1,0 +1,65 @@
+package testutil
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// SyncBuffer collects a process's output; the process may write to it
+// while the test reads it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p under the lock; it never fails.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// StartRegisteringAgent starts the real `bin agent --server url --token
+// token --server-ca ca` process with a fresh data directory, the process
+// runtime and fakeGPUs (e.g. "4xA100:40GB"). Its stdout and stderr go to
+// the returned buffer; the process is killed when the test ends.
+func StartRegisteringAgent(t testing.TB, bin, url, token, ca, fakeGPUs string) (*exec.Cmd, *SyncBuffer) {
+	t.Helper()
+	var out SyncBuffer
+	cmd := exec.Command(bin, "agent", "--server", url, "--token", token, "--server-ca", ca,
+		"--data-dir", t.TempDir(), "--runtime", "process", "--fake-gpus", fakeGPUs)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, &out
+}
+
+// WaitRegistrationRefused waits up to timeout for an agent started by
+// StartRegisteringAgent to exit, and fails the test unless it exited
+// non-zero saying its registration was refused.
+func WaitRegistrationRefused(t testing.TB, cmd *exec.Cmd, out *SyncBuffer, timeout time.Duration) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(out.String(), "registration refused") {
+			t.Fatalf("agent exit %v; want non-zero with \"registration refused\", output:\n%s", err, out)
+		}
+	case <-time.After(timeout):
+		t.Fatalf("agent still running with a revoked token after %v; output:\n%s", timeout, out)
+	}
+}
