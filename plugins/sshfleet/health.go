@@ -83,14 +83,9 @@ func (h *Host) Reconnect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h.mu.Lock()
-	old := h.client
-	h.client = c
-	h.mu.Unlock()
-	if old != nil {
+	if old := h.swapClient(c); old != nil {
 		old.Close()
 	}
-	h.transport.CloseIdleConnections()
 	var info = h.Info
 	if err := h.getJSON(ctx, h.HTTPClient(), "/api/v1/host", &info); err != nil {
 		h.markDown()
@@ -101,14 +96,9 @@ func (h *Host) Reconnect(ctx context.Context) error {
 
 // markDown drops the connection so requests fail fast with ErrUnreachable.
 func (h *Host) markDown() {
-	h.mu.Lock()
-	c := h.client
-	h.client = nil
-	h.mu.Unlock()
-	if c != nil {
+	if c := h.swapClient(nil); c != nil {
 		c.Close()
 	}
-	h.transport.CloseIdleConnections()
 }
 
 // Monitor watches the host until ctx ends: a keepalive every interval; a

@@ -274,13 +274,21 @@ func (h *Host) run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, er
 	return out, nil
 }
 
-// Close closes the SSH connection; the agent keeps running.
-func (h *Host) Close() error {
+// swapClient makes c (nil: none) the host's SSH connection, drops the idle
+// HTTP connections that ran through the previous one and returns that
+// previous one (nil when there was none) for the caller to close.
+func (h *Host) swapClient(c *ssh.Client) *ssh.Client {
 	h.mu.Lock()
-	c := h.client
-	h.client = nil
+	old := h.client
+	h.client = c
 	h.mu.Unlock()
 	h.transport.CloseIdleConnections()
+	return old
+}
+
+// Close closes the SSH connection; the agent keeps running.
+func (h *Host) Close() error {
+	c := h.swapClient(nil)
 	if c == nil {
 		return nil
 	}
