@@ -37,7 +37,9 @@ func Accelerators(inv gpu.Inventory) api.Accelerators {
 func Samples(in []gpu.DeviceSample) []api.AcceleratorSample {
 	out := make([]api.AcceleratorSample, len(in))
 	for i, s := range in {
-		out[i] = api.AcceleratorSample{Index: s.Index, UUID: s.UUID, Utilization: s.Utilization, MemoryUsed: s.MemoryUsed, PowerW: s.PowerW, TemperatureC: s.TemperatureC}
+		// The two types are kept field-for-field identical (agent/gpu must not
+		// import api); the conversion stops compiling if they drift apart.
+		out[i] = api.AcceleratorSample(s)
 	}
 	return out
 }
