@@ -74,7 +74,7 @@ type staged struct {
 }
 
 func (s *Store) newBatch(parent *batch) *batch {
-	b := &batch{now: time.Now().UTC(), done: make(chan struct{})}
+	b := &batch{done: make(chan struct{})}
 	var p *overlay
 	if parent != nil {
 		p = parent.tx
@@ -88,6 +88,12 @@ func (s *Store) add(b *batch, r *request) {
 	if err := r.ctx.Err(); err != nil {
 		r.done <- response{err: fmt.Errorf("apply: %w", err)}
 		return
+	}
+	if len(b.ok) == 0 {
+		// The batch was made before the writer waited for its first call:
+		// its clock starts now, so a record's times are those of the
+		// write that made it, not of the previous one.
+		b.now = time.Now().UTC()
 	}
 	c, versions, err := s.stage(b.tx, r.muts, b.now)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestApplyPutGetAndVersions(t *testing.T) {
@@ -193,5 +194,27 @@ func TestAddUsageSumsConcurrentCalls(t *testing.T) {
 	}
 	if got := string(recs[0].Spec); got != `{"cpu":25,"gpu":100}` {
 		t.Fatalf("usage = %s", got)
+	}
+}
+
+// The writer makes its next batch before it waits for that batch's first
+// call. A record written after the store sat idle must still carry the
+// time of its own write, not of the write before it (a secret PUT was seen
+// with a created_at 5-12 s in the past).
+func TestRecordTimesAreTakenWhenTheWriteIsApplied(t *testing.T) {
+	s := openTest(t)
+	mustApply(t, s, Put(Record{Kind: KindJob, ID: "before"}))
+	// The idle gap is the scenario itself: the writer is parked waiting.
+	idle := 300 * time.Millisecond
+	time.Sleep(idle)
+	start := time.Now()
+	mustApply(t, s, Put(Record{Kind: KindJob, ID: "after"}))
+	got, err := s.Jobs().Get("after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CreatedAt.Before(start) || got.UpdatedAt.Before(start) {
+		t.Fatalf("created_at %s, updated_at %s: before the write began at %s (stale by %s)",
+			got.CreatedAt, got.UpdatedAt, start.UTC(), start.Sub(got.CreatedAt))
 	}
 }
