@@ -18,49 +18,13 @@ import (
 //
 // Roles: a user's global role is admin or user; within a project a member
 // is admin, manager or user. A global admin may do everything everywhere.
-// "member" below means any role in the project; project-scoped calls by a
-// non-member answer 404 project_not_found (so project names do not leak).
+// A member never grants, raises or removes a role above its own.
+// Project-scoped calls by a non-member answer 404 project_not_found (so
+// project names do not leak).
 //
-//	method path                                        role     request            response
-//	GET    /api/v1/healthz                             none     -                  Health
-//	GET    /api/v1/whoami                              any      -                  User
-//	GET    /api/v1/users                               admin    -                  []User
-//	POST   /api/v1/users                               admin    CreateUserRequest  UserToken (201)
-//	GET    /api/v1/users/{user}                        admin|self -                User
-//	DELETE /api/v1/users/{user}                        admin    -                  204
-//	POST   /api/v1/users/{user}/token                  admin|self -                UserToken (rotates: the old token stops working)
-//	GET    /api/v1/projects                            any      -                  []Project (only the caller's projects; all for admins)
-//	POST   /api/v1/projects                            admin    CreateProjectRequest Project (201); the caller becomes its admin
-//	GET    /api/v1/projects/{project}                  member   -                  Project
-//	DELETE /api/v1/projects/{project}                  admin    -                  204 (409 while runs are active)
-//	GET    /api/v1/projects/{project}/members          member   -                  []Member
-//	PUT    /api/v1/projects/{project}/members/{user}   manager  SetMemberRequest   Member
-//	DELETE /api/v1/projects/{project}/members/{user}   manager  -                  204
-//	POST   /api/v1/projects/{project}/runs/plan        user     ApplyRunRequest    RunPlan
-//	POST   /api/v1/projects/{project}/runs/apply       user     ApplyRunRequest    Run (201 new, 200 replaced)
-//	GET    /api/v1/projects/{project}/runs             member   ?all=true          []Run (active runs; all=true adds finished)
-//	GET    /api/v1/projects/{project}/runs/{run}       member   -                  Run
-//	POST   /api/v1/projects/{project}/runs/{run}/stop  user     StopRunRequest     Run
-//	DELETE /api/v1/projects/{project}/runs/{run}       user     -                  204 (409 unless finished)
-//	GET    /api/v1/projects/{project}/runs/{run}/logs  member   ?follow=true&job=ID&offset=N  NDJSON of LogEntry
-//	GET    /api/v1/projects/{project}/runs/{run}/events member  ?after=ID          []Event
-//	GET    /api/v1/projects/{project}/events           member   ?after=ID&limit=N  []Event
-//	POST   /api/v1/projects/{project}/fleets/apply     manager  ApplyRequest       Fleet
-//	GET    /api/v1/projects/{project}/fleets           member   -                  []Fleet (the project's and shared ones)
-//	GET    /api/v1/projects/{project}/fleets/{fleet}   member   -                  Fleet
-//	DELETE /api/v1/projects/{project}/fleets/{fleet}   manager  -                  204 (403 for shared fleets)
-//	POST   /api/v1/projects/{project}/fleets/{fleet}/tokens       manager  -  RegistrationToken (201; token shown once)
-//	DELETE /api/v1/projects/{project}/fleets/{fleet}/tokens/{id}  manager  -  204 (revoked; its tunnels dropped)
-//	GET    /api/v1/projects/{project}/instances        member   -                  []Instance
-//	GET    /api/v1/projects/{project}/offers           member   ?gpu=H100:2&cpu=4..&memory=16GB..  []Offer
-//	POST   /api/v1/projects/{project}/queues/apply     manager  ApplyRequest       Queue
-//	GET    /api/v1/projects/{project}/queues           member   -                  []Queue
-//	DELETE /api/v1/projects/{project}/queues/{queue}   manager  -                  204 (409 while runs use it)
-//	GET    /api/v1/projects/{project}/secrets          member   -                  []Secret (names only)
-//	GET    /api/v1/projects/{project}/secrets/{name}   manager  -                  Secret (with value)
-//	PUT    /api/v1/projects/{project}/secrets/{name}   manager  SetSecretRequest   Secret (without value)
-//	DELETE /api/v1/projects/{project}/secrets/{name}   manager  -                  204
-//	POST   /api/v1/agents/heartbeat                    admin    Heartbeat          HeartbeatResponse
+// Routes (routes.go) lists every endpoint with the access it requires, its
+// request and its response; the server registers its handlers from that
+// table and enforces each route's Access before the handler runs.
 //
 // Services without a gateway are reachable through the server at
 // /proxy/services/{project}/{run}/ (same bearer token; the prefix is

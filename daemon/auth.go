@@ -78,16 +78,22 @@ func (s *Server) projectRole(c caller, project string) (string, error) {
 // authorize checks that the caller holds at least role in the request's
 // {project}; it returns the project name.
 func (s *Server) authorize(r *http.Request, role string) (string, caller, error) {
-	c := callerOf(r)
-	project := r.PathValue("project")
-	have, err := s.projectRole(c, project)
+	project, c, _, err := s.authorizeRole(r, role)
+	return project, c, err
+}
+
+// authorizeRole is authorize that also returns the role the caller holds.
+func (s *Server) authorizeRole(r *http.Request, role string) (project string, c caller, have string, err error) {
+	c = callerOf(r)
+	project = r.PathValue("project")
+	have, err = s.projectRole(c, project)
 	if err != nil {
-		return "", c, err
+		return "", c, "", err
 	}
 	if roleRank(have) < roleRank(role) {
-		return "", c, forbidden("this needs the %s role in project %q; you are %s", role, project, have)
+		return "", c, "", forbidden("this needs the %s role in project %q; you are %s", role, project, have)
 	}
-	return project, c, nil
+	return project, c, have, nil
 }
 
 // requireAdmin answers 403 unless the caller is a global admin.

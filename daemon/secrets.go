@@ -78,12 +78,20 @@ func (s *Server) handleSetSecret(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
+	if req.Value == "" {
+		// {}, {"value": null} and {"value": ""} all decode to "": none of
+		// them may blank a stored secret.
+		return badField("value", "a secret needs a non-empty value; to remove %s use DELETE (gpud secret delete %s)", name, name)
+	}
 	rec := store.Record{Kind: store.KindSecret, ID: secretID(project, name), Project: project, Name: name, User: c.name, Sealed: []byte(req.Value)}
 	if _, err := s.store.Apply(r.Context(), store.Put(rec), event(project, store.KindSecret, rec.ID, "set", "set by "+c.name)); err != nil {
 		return err
 	}
-	rec, _ = s.store.Secrets().Get(rec.ID)
-	writeJSON(w, http.StatusOK, secretOut(rec, false))
+	stored, err := s.store.Secrets().Get(rec.ID)
+	if err != nil {
+		return err // deleted between the write and this read
+	}
+	writeJSON(w, http.StatusOK, secretOut(stored, false))
 	return nil
 }
 

@@ -176,18 +176,19 @@ func (s *Server) start(ctx context.Context) error {
 		}()
 	}
 	s.resync(ctx)
+	h, err := s.routes()
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", s.opts.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", s.opts.Listen, err)
 	}
 	s.listener = ln
 	s.url = "http://" + ln.Addr().String()
-	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	return s.startRegistration()
 }
-
-// Handler returns the server's HTTP handler (API and service proxy).
-func (s *Server) Handler() http.Handler { return s.routes() }
 
 // URL is the base URL the API is served on ("http://127.0.0.1:3000").
 func (s *Server) URL() string { return s.url }

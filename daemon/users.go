@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"sort"
@@ -249,7 +250,7 @@ func (s *Server) handleListMembers(w http.ResponseWriter, r *http.Request) error
 }
 
 func (s *Server) handleSetMember(w http.ResponseWriter, r *http.Request) error {
-	project, c, err := s.authorize(r, api.RoleManager)
+	project, c, have, err := s.authorizeRole(r, api.RoleManager)
 	if err != nil {
 		return err
 	}
@@ -260,16 +261,19 @@ func (s *Server) handleSetMember(w http.ResponseWriter, r *http.Request) error {
 	if roleRank(req.Role) == 0 {
 		return badField("role", "%q: use admin, manager or user", req.Role)
 	}
-	have, _ := s.projectRole(c, project)
 	if roleRank(req.Role) > roleRank(have) {
-		return forbidden("you cannot grant %s: your role is %s", req.Role, have)
+		return forbidden("you cannot grant %s: your role in project %q is %s", req.Role, project, have)
 	}
 	user := r.PathValue("user")
 	if _, err := s.store.Users().Get(user); err != nil {
 		return notFound("user", user)
 	}
+	if err := s.outranks(project, user, have, "change the role of"); err != nil {
+		return err
+	}
 	rec := store.Record{Kind: store.KindMember, ID: store.MemberID(project, user), Project: project, User: user, Role: req.Role}
-	if _, err := s.store.Apply(r.Context(), store.Put(rec)); err != nil {
+	if _, err := s.store.Apply(r.Context(), store.Put(rec),
+		event(project, store.KindMember, rec.ID, "role_set", fmt.Sprintf("%s made %s by %s", user, req.Role, c.name))); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, api.Member{Project: project, User: user, Role: req.Role})
@@ -277,17 +281,36 @@ func (s *Server) handleSetMember(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleDeleteMember(w http.ResponseWriter, r *http.Request) error {
-	project, _, err := s.authorize(r, api.RoleManager)
+	project, c, have, err := s.authorizeRole(r, api.RoleManager)
 	if err != nil {
 		return err
 	}
 	user := r.PathValue("user")
-	if _, err := s.store.Members().Get(store.MemberID(project, user)); err != nil {
+	id := store.MemberID(project, user)
+	if _, err := s.store.Members().Get(id); err != nil {
 		return notFound("member", user)
 	}
-	if _, err := s.store.Apply(r.Context(), store.Delete(store.KindMember, store.MemberID(project, user))); err != nil {
+	if err := s.outranks(project, user, have, "remove"); err != nil {
+		return err
+	}
+	if _, err := s.store.Apply(r.Context(), store.Delete(store.KindMember, id),
+		event(project, store.KindMember, id, "removed", user+" removed by "+c.name)); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// outranks refuses when user's current role in project is above have, the
+// caller's: a member never lowers or removes a role above its own (a
+// manager cannot demote or remove the project's admin).
+func (s *Server) outranks(project, user, have, what string) error {
+	m, err := s.store.Members().Get(store.MemberID(project, user))
+	if err != nil {
+		return nil // not a member yet: nothing above the caller to protect
+	}
+	if roleRank(m.Role) > roleRank(have) {
+		return forbidden("you cannot %s %s: their role in project %q is %s, above yours (%s)", what, user, project, m.Role, have)
+	}
 	return nil
 }

@@ -1,0 +1,109 @@
+package api
+
+// Access says who may call a route. The server registers its handlers from
+// Routes and its authorization test is generated from the same table, so a
+// route cannot be added without saying who may call it, and the rule the
+// table states is the rule the server is tested to enforce.
+type Access string
+
+// The kinds of access a route requires. Project roles are checked in the
+// project named by the path's {project}: a caller who is not a member gets
+// 404 project_not_found (project names do not leak); a member below the
+// role gets 403. A global admin holds every project role.
+const (
+	// AccessPublic needs no token.
+	AccessPublic Access = "public"
+	// AccessAuthenticated needs any valid token.
+	AccessAuthenticated Access = "authenticated"
+	// AccessGlobalAdmin needs a global admin's token; others get 403.
+	AccessGlobalAdmin Access = "global-admin"
+	// AccessSelf is a global admin, or the user named by {user}; anyone
+	// else gets 404 not_found (user names do not leak).
+	AccessSelf Access = "self"
+	// AccessProjectUser is any member of {project}.
+	AccessProjectUser Access = "project-user"
+	// AccessProjectManager is a manager or admin of {project}.
+	AccessProjectManager Access = "project-manager"
+	// AccessProjectAdmin is an admin of {project}.
+	AccessProjectAdmin Access = "project-admin"
+)
+
+// ProjectRole returns the project role an access level requires, or "" for
+// levels that are not project roles.
+func (a Access) ProjectRole() string {
+	switch a {
+	case AccessProjectUser:
+		return RoleUser
+	case AccessProjectManager:
+		return RoleManager
+	case AccessProjectAdmin:
+		return RoleAdmin
+	}
+	return ""
+}
+
+// Route is one endpoint of the server API.
+type Route struct {
+	// Method is the HTTP method; "" matches every method.
+	Method string
+	// Path is a net/http ServeMux pattern path.
+	Path   string
+	Access Access
+	// Request and Response name the wire types (documentation).
+	Request, Response string
+}
+
+// Pattern is the route's net/http ServeMux pattern.
+func (r Route) Pattern() string {
+	if r.Method == "" {
+		return r.Path
+	}
+	return r.Method + " " + r.Path
+}
+
+const projectPrefix = "/api/v1/projects/{project}"
+
+// Routes is every endpoint of the server API, version 1 (see the package
+// comment in server.go for the conventions they share).
+var Routes = []Route{
+	{"GET", "/api/v1/healthz", AccessPublic, "-", "Health"},
+	{"GET", "/api/v1/whoami", AccessAuthenticated, "-", "User"},
+	{"GET", "/api/v1/users", AccessGlobalAdmin, "-", "[]User"},
+	{"POST", "/api/v1/users", AccessGlobalAdmin, "CreateUserRequest", "UserToken (201)"},
+	{"GET", "/api/v1/users/{user}", AccessSelf, "-", "User"},
+	{"DELETE", "/api/v1/users/{user}", AccessGlobalAdmin, "-", "204"},
+	{"POST", "/api/v1/users/{user}/token", AccessSelf, "-", "UserToken (rotates: the old token stops working)"},
+	{"GET", "/api/v1/projects", AccessAuthenticated, "-", "[]Project (only the caller's projects; all for admins)"},
+	{"POST", "/api/v1/projects", AccessGlobalAdmin, "CreateProjectRequest", "Project (201); the caller becomes its admin"},
+	{"GET", projectPrefix, AccessProjectUser, "-", "Project"},
+	{"DELETE", projectPrefix, AccessGlobalAdmin, "-", "204 (409 while runs are active)"},
+	{"GET", projectPrefix + "/members", AccessProjectUser, "-", "[]Member"},
+	{"PUT", projectPrefix + "/members/{user}", AccessProjectManager, "SetMemberRequest", "Member (never above the caller's own role)"},
+	{"DELETE", projectPrefix + "/members/{user}", AccessProjectManager, "-", "204 (never a member above the caller's own role)"},
+	{"POST", projectPrefix + "/runs/plan", AccessProjectUser, "ApplyRunRequest", "RunPlan"},
+	{"POST", projectPrefix + "/runs/apply", AccessProjectUser, "ApplyRunRequest", "Run (201 new, 200 replaced)"},
+	{"GET", projectPrefix + "/runs", AccessProjectUser, "?all=true", "[]Run (active runs; all=true adds finished)"},
+	{"GET", projectPrefix + "/runs/{run}", AccessProjectUser, "-", "Run"},
+	{"POST", projectPrefix + "/runs/{run}/stop", AccessProjectUser, "StopRunRequest", "Run"},
+	{"DELETE", projectPrefix + "/runs/{run}", AccessProjectUser, "-", "204 (409 unless finished)"},
+	{"GET", projectPrefix + "/runs/{run}/logs", AccessProjectUser, "?follow=true&job=ID&offset=N", "NDJSON of LogEntry"},
+	{"GET", projectPrefix + "/runs/{run}/events", AccessProjectUser, "?after=ID", "[]Event"},
+	{"GET", projectPrefix + "/events", AccessProjectUser, "?after=ID&limit=N", "[]Event"},
+	{"POST", projectPrefix + "/fleets/apply", AccessProjectManager, "ApplyRequest", "Fleet"},
+	{"GET", projectPrefix + "/fleets", AccessProjectUser, "-", "[]Fleet (the project's and shared ones)"},
+	{"GET", projectPrefix + "/fleets/{fleet}", AccessProjectUser, "-", "Fleet"},
+	{"DELETE", projectPrefix + "/fleets/{fleet}", AccessProjectManager, "-", "204 (403 for shared fleets)"},
+	{"POST", projectPrefix + "/fleets/{fleet}/tokens", AccessProjectManager, "-", "RegistrationToken (201; token shown once; shared fleets: global admins only)"},
+	{"DELETE", projectPrefix + "/fleets/{fleet}/tokens/{id}", AccessProjectManager, "-", "204 (revoked; its tunnels dropped; shared fleets: global admins only)"},
+	{"GET", projectPrefix + "/instances", AccessProjectUser, "-", "[]Instance"},
+	{"GET", projectPrefix + "/offers", AccessProjectUser, "?gpu=H100:2&cpu=4..&memory=16GB..", "[]Offer"},
+	{"POST", projectPrefix + "/queues/apply", AccessProjectManager, "ApplyRequest", "Queue"},
+	{"GET", projectPrefix + "/queues", AccessProjectUser, "-", "[]Queue"},
+	{"DELETE", projectPrefix + "/queues/{queue}", AccessProjectManager, "-", "204 (409 while runs use it)"},
+	{"GET", projectPrefix + "/secrets", AccessProjectUser, "-", "[]Secret (names only)"},
+	{"GET", projectPrefix + "/secrets/{name}", AccessProjectManager, "-", "Secret (with value)"},
+	{"PUT", projectPrefix + "/secrets/{name}", AccessProjectManager, "SetSecretRequest", "Secret (without value; the value must not be empty)"},
+	{"DELETE", projectPrefix + "/secrets/{name}", AccessProjectManager, "-", "204"},
+	{"POST", "/api/v1/agents/heartbeat", AccessGlobalAdmin, "Heartbeat", "HeartbeatResponse"},
+	{"", "/proxy/services/{project}/{run}/{path...}", AccessProjectUser, "any", "the service's answer"},
+}
