@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
 )
 
@@ -104,11 +105,10 @@ func (s *Server) hostBack(l *agentLink) {
 	}()
 }
 
-// reconcileHostJobs compares what l's agent runs with the store: a job the
-// store still expects there is watched again; one the store has finished
-// or placed on another host (it was moved while the host was away) is
-// stopped; a job the store thinks is running there that the agent no
-// longer has fails as interrupted.
+// reconcileHostJobs compares what l's agent runs with the store when its
+// host comes back: each job the agent has is adopted (adoptAgentJob); a job
+// the store thinks is running there that the agent no longer has fails as
+// interrupted.
 func (s *Server) reconcileHostJobs(ctx context.Context, l *agentLink) {
 	if l == nil || l.client == nil {
 		return
@@ -123,34 +123,59 @@ func (s *Server) reconcileHostJobs(ctx context.Context, l *agentLink) {
 	onAgent := map[string]bool{}
 	for _, st := range have {
 		onAgent[st.ID] = true
-		if st.State.Finished() {
-			continue
-		}
-		j, err := s.store.Jobs().Get(st.ID)
-		if err == nil && j.Instance == l.instance && !finishedJob(j.Status) {
-			if j.Status == store.JobRunning || j.Status == store.JobPulling {
-				s.watch(j.ID, l)
-			}
-			continue
-		}
-		why := "the server no longer knows it"
-		if err == nil {
-			why = "it was moved: the server recorded it " + j.Status + " (" + j.Reason + ")"
-		}
-		if _, err := l.client.Stop(lctx, st.ID); err != nil {
-			s.log.Warn().Err(err).Str("instance", l.instance).Str("job", st.ID).Msg("stop stale job")
-			continue
-		}
-		s.log.Info().Str("instance", l.instance).Str("job", st.ID).Str("why", why).Msg("stopped a stale job on a host that came back")
-		if _, err := s.store.Apply(context.WithoutCancel(ctx), event(s.instanceProject(l.instance), store.KindInstance, l.instance, "stale_job_stopped",
-			"stopped job "+st.ID+" on the host that came back: "+why)); err != nil {
-			s.log.Warn().Err(err).Str("instance", l.instance).Msg("record stale job event")
-		}
+		s.adoptAgentJob(lctx, l, st)
 	}
 	for _, j := range s.store.Jobs().ByInstance(l.instance) {
 		if j.Status == store.JobRunning && !onAgent[j.ID] {
 			s.interruptJob(ctx, j.ID, "the agent no longer has the job")
 		}
+	}
+}
+
+// adoptAgentJob takes over a job that l's agent reports (at start, or when
+// its host comes back). A job the store expects on that host is brought up
+// to the agent's state and watched (or its last output copied, if it
+// ended). A job the store never knew, placed on another host (it was moved
+// while the host was away) or has already finished is stopped when it
+// still runs, with an event saying why: it would otherwise hold GPUs the
+// scheduler believes are free, for ever.
+func (s *Server) adoptAgentJob(ctx context.Context, l *agentLink, st api.JobStatus) {
+	j, err := s.store.Jobs().Get(st.ID)
+	if err == nil && j.Instance == l.instance && !finishedJob(j.Status) {
+		s.applyAgentStatus(ctx, st)
+		if !st.State.Finished() {
+			s.watch(st.ID, l)
+			return
+		}
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.followLogs(s.ctx, st.ID, l) }()
+		return
+	}
+	if st.State.Finished() {
+		return
+	}
+	why := "the server no longer knows it"
+	switch {
+	case err != nil:
+	case j.Instance != l.instance:
+		why = "it was moved: the server recorded it " + j.Status + " on " + j.Instance + " (" + j.Reason + ")"
+	default:
+		why = "the server recorded it " + j.Status + " (" + j.Reason + ")"
+	}
+	if _, err := l.client.Stop(ctx, st.ID); err != nil {
+		s.log.Warn().Err(err).Str("instance", l.instance).Str("job", st.ID).Msg("stop stale job")
+		return
+	}
+	s.log.Info().Str("instance", l.instance).Str("job", st.ID).Str("why", why).Msg("stopped a stale job")
+	// The job's project sees the event; a job the server never knew has
+	// none, and the instance's fleet's project (none for shared) gets it.
+	project := s.instanceProject(l.instance)
+	if err == nil && j.Project != "" {
+		project = j.Project
+	}
+	if _, err := s.store.Apply(context.WithoutCancel(ctx), event(project, store.KindInstance, l.instance, "stale_job_stopped",
+		"stopped job "+st.ID+": "+why)); err != nil {
+		s.log.Warn().Err(err).Str("instance", l.instance).Msg("record stale job event")
 	}
 }
 

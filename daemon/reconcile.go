@@ -299,9 +299,10 @@ func (s *Server) wakeRunAt(id, purpose string, d time.Duration) {
 }
 
 // adoptJobs reconciles the store with what each agent has, at start: jobs
-// the agent still has are watched again, bound jobs it never started are
-// dispatched again, running jobs it no longer has fail with a reason, and
-// jobs only the agent knows are stopped.
+// the agent still has are adopted (adoptAgentJob: watched again, or
+// stopped when the store has finished them or never knew them), bound jobs
+// it never started are dispatched again, running jobs it no longer has
+// fail with a reason.
 func (s *Server) adoptJobs(ctx context.Context) {
 	for _, l := range s.agents.all() {
 		if l.client == nil {
@@ -315,23 +316,7 @@ func (s *Server) adoptJobs(ctx context.Context) {
 		onAgent := map[string]bool{}
 		for _, st := range have {
 			onAgent[st.ID] = true
-			j, err := s.store.Jobs().Get(st.ID)
-			if err != nil || j.Instance != l.instance {
-				if !st.State.Finished() {
-					_, _ = l.client.Stop(ctx, st.ID)
-				}
-				continue
-			}
-			if finishedJob(j.Status) {
-				continue
-			}
-			s.applyAgentStatus(ctx, st)
-			if !st.State.Finished() {
-				s.watch(st.ID, l)
-			} else {
-				s.wg.Add(1)
-				go func() { defer s.wg.Done(); s.followLogs(s.ctx, st.ID, l) }()
-			}
+			s.adoptAgentJob(ctx, l, st)
 		}
 		for _, j := range s.store.Jobs().ByInstance(l.instance) {
 			if onAgent[j.ID] || !activeJob(j.Status) {
