@@ -82,3 +82,24 @@ func TestAdoptionStopsAJobTheStoreHasFinished(t *testing.T) {
 	}
 	t.Errorf("no stale_job_stopped event names job %s; events: %+v", jobID, events)
 }
+
+// A heartbeating agent that still runs a job the store has finished is
+// told the job is unknown, so it stops it; a job still expected there is
+// not.
+func TestHeartbeatTellsTheAgentToStopAJobTheStoreHasFinished(t *testing.T) {
+	ts := startServer(t, "1xH100:80GB")
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/agents/heartbeat", api.Heartbeat{Instance: "sim-1"}, nil)
+	ctx := context.Background()
+	for id, status := range map[string]string{"done-0-0": store.JobFailed, "live-0-0": store.JobRunning} {
+		if _, err := ts.store.Apply(ctx, store.Put(store.Record{Kind: store.KindJob, ID: id, Name: id, Project: "main", Instance: "sim-1", Status: status})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var resp api.HeartbeatResponse
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/agents/heartbeat", api.Heartbeat{Instance: "sim-1", Jobs: []api.JobStatus{
+		{ID: "done-0-0", State: api.JobRunning}, {ID: "live-0-0", State: api.JobRunning},
+	}}, &resp)
+	if len(resp.Unknown) != 1 || resp.Unknown[0] != "done-0-0" {
+		t.Fatalf("unknown jobs %v, want [done-0-0]", resp.Unknown)
+	}
+}

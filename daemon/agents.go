@@ -221,7 +221,9 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	var resp api.HeartbeatResponse
 	for _, js := range hb.Jobs {
 		j, err := s.store.Jobs().Get(js.ID)
-		if err != nil || j.Instance != hb.Instance {
+		// Jobs the server does not know there, or has finished while the
+		// agent still runs them, go back as unknown: the agent stops them.
+		if err != nil || j.Instance != hb.Instance || (finishedJob(j.Status) && !js.State.Finished()) {
 			resp.Unknown = append(resp.Unknown, js.ID)
 			continue
 		}
