@@ -210,7 +210,7 @@ func (c *cycle) shapeKey(j int, tasks []int) string {
 	js := &c.jobs[j]
 	var b strings.Builder
 	tc := js.job.Topology
-	b.WriteString(tc.Name + "|" + tc.Required + "|" + tc.Preferred)
+	b.WriteString(tc.Name + "|" + tc.Required + "|" + tc.Preferred + "|" + selectorKey(js.job.Nodes))
 	for _, t := range tasks {
 		x := &js.job.Tasks[t]
 		b.WriteByte(';')

@@ -89,13 +89,14 @@ func (c *cycle) movableByNode() [][]int32 {
 // node if nothing is free for it.
 func (c *cycle) placeOrMakeRoom(j, t int, tasksOn [][]int32) bool {
 	task := &c.jobs[j].job.Tasks[t]
-	if n, devs := c.findNode(task, nil, freeNow); n >= 0 {
+	if n, devs := c.findNode(task, c.within(j, nil), freeNow); n >= 0 {
 		c.place(j, t, n, devs, false, Consolidate)
 		return true
 	}
 	tried := 0
+	el := c.jobs[j].eligible
 	for n := range c.nodes {
-		if len(tasksOn[n]) == 0 || !c.nodes[n].schedulable {
+		if len(tasksOn[n]) == 0 || !c.nodes[n].schedulable || (el != nil && !el.has(n)) {
 			continue
 		}
 		if tried++; tried > consolidateNodesPerTask {
@@ -128,7 +129,7 @@ func (c *cycle) clearNodeFor(j, t, n int, movable []int32) bool {
 		c.place(j, t, n, devs, true, Consolidate)
 		for _, m := range moved {
 			mt := &c.jobs[m].job.Tasks[0]
-			dest, ddevs := c.findNode(mt, nil, freeNow)
+			dest, ddevs := c.findNode(mt, c.within(m, nil), freeNow)
 			if dest < 0 || dest == n {
 				c.rollback(mark)
 				return false

@@ -135,6 +135,33 @@ type Job struct {
 	Tasks       []Task
 	// StaleFor is how long the job has run below MinMembers.
 	StaleFor time.Duration
+	// Nodes limits every placement of the job (allocate, consolidate,
+	// reclaim, preempt) to the nodes it selects; the zero value selects
+	// every node. The server uses it to keep a project's jobs on its own
+	// fleets and the shared ones.
+	Nodes NodeSelector
+}
+
+// NodeSelector selects the nodes whose label Key has one of Values; ""
+// among Values also selects nodes without the label. An empty Key
+// selects every node.
+type NodeSelector struct {
+	Key    string
+	Values []string
+}
+
+// selects reports whether n is one of the selected nodes.
+func (s NodeSelector) selects(n *Node) bool {
+	if s.Key == "" {
+		return true
+	}
+	v := n.Labels[s.Key]
+	for _, want := range s.Values {
+		if v == want {
+			return true
+		}
+	}
+	return false
 }
 
 // Topology names node-label levels, outermost first (zone, rack, ...).

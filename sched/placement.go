@@ -226,9 +226,11 @@ func (c *cycle) findReleasing(t *Task, dom bitset) (int, []int) {
 	return -1, nil
 }
 
-// placeTasks places the given tasks of job j inside dom, all or none.
+// placeTasks places the given tasks of job j inside dom, all or none,
+// and only on the nodes the job may use (Job.Nodes).
 // It returns how many it placed before failing (all of them on success).
 func (c *cycle) placeTasks(j int, tasks []int, dom bitset, allow mode, a Action) (int, bool) {
+	dom = c.within(j, dom)
 	mark := len(c.log)
 	js := &c.jobs[j]
 	for i, t := range tasks {

@@ -93,8 +93,11 @@ func (c *cycle) explainPlacement(j int, tasks []int) string {
 	if c.idx.all.next(0, nil) < 0 {
 		return "no node is schedulable"
 	}
+	if sel := js.job.Nodes; js.eligible != nil && c.idx.all.next(0, js.eligible) < 0 {
+		return "no schedulable node has " + sel.Key + " " + strings.Join(quoteAll(sel.Values), " or ")
+	}
 	for _, t := range tasks {
-		if r := c.explainImpossible(&js.job.Tasks[t]); r != "" {
+		if r := c.explainImpossible(&js.job.Tasks[t], js.eligible); r != "" {
 			return r
 		}
 	}
@@ -123,15 +126,17 @@ func (c *cycle) explainPlacement(j int, tasks []int) string {
 		return "gang needs " + strconv.Itoa(len(tasks)) + " tasks of " + taskShape(&js.job.Tasks[tasks[0]]) +
 			" at once; free capacity fits " + strconv.Itoa(n)
 	}
-	return c.explainBusy(&js.job.Tasks[tasks[0]])
+	return c.explainBusy(&js.job.Tasks[tasks[0]], js.eligible)
 }
 
-// explainImpossible names a request no schedulable node could ever meet.
-func (c *cycle) explainImpossible(t *Task) string {
+// explainImpossible names a request no schedulable node in mask (nil:
+// any) could ever meet. Nodes outside a job's mask are never described to
+// it: they may belong to another project.
+func (c *cycle) explainImpossible(t *Task, mask bitset) string {
 	var maxCPU, maxMem int64
 	maxDevs := 0
 	classes := c.matchingClasses(t)
-	for n := c.idx.all.next(0, nil); n >= 0; n = c.idx.all.next(n+1, nil) {
+	for n := c.idx.all.next(0, mask); n >= 0; n = c.idx.all.next(n+1, mask) {
 		ns := &c.nodes[n]
 		maxCPU, maxMem = max(maxCPU, ns.node.CPU), max(maxMem, ns.node.Memory)
 		for _, nc := range ns.classes {
@@ -156,11 +161,12 @@ func (c *cycle) explainImpossible(t *Task) string {
 	return ""
 }
 
-// explainBusy names the resource that is short right now for one task.
-func (c *cycle) explainBusy(t *Task) string {
+// explainBusy names the resource that is short right now for one task on
+// the nodes in mask (nil: any).
+func (c *cycle) explainBusy(t *Task, mask bitset) string {
 	var freeCPU, freeMem, bestGPU int64
 	classes := c.matchingClasses(t)
-	for n := c.idx.all.next(0, nil); n >= 0; n = c.idx.all.next(n+1, nil) {
+	for n := c.idx.all.next(0, mask); n >= 0; n = c.idx.all.next(n+1, mask) {
 		ns := &c.nodes[n]
 		freeCPU = max(freeCPU, ns.node.CPU-ns.usedCPU-ns.relCPU)
 		freeMem = max(freeMem, ns.node.Memory-ns.usedMem-ns.relMem)
@@ -199,4 +205,12 @@ func (c *cycle) explainBusy(t *Task) string {
 		return "no node has " + sizeText(t.Memory) + " of memory free; the most on one node is " + sizeText(freeMem)
 	}
 	return "no node has " + taskShape(t) + " with " + amount(CPU, t.CPU) + " and " + sizeText(t.Memory) + " free together"
+}
+
+func quoteAll(vs []string) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = strconv.Quote(v)
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -44,6 +45,8 @@ type jobState struct {
 	reason        string
 	capacityBound bool // the reason is capacity, not a quota
 	tried         bool
+	// eligible is the nodes Job.Nodes selects; nil: every node.
+	eligible bitset
 }
 
 func (j *jobState) request(tasks []int) Resources {
@@ -201,10 +204,25 @@ func (n *nodeState) devPos(index int) int {
 
 func (c *cycle) buildJobs() {
 	c.jobs = make([]jobState, len(c.snap.Jobs))
+	bySelector := map[string]bitset{} // jobs of one project share one set
 	for i := range c.snap.Jobs {
 		j := &c.snap.Jobs[i]
 		js := &c.jobs[i]
 		js.job, js.order = j, i
+		if sel := j.Nodes; sel.Key != "" {
+			key := selectorKey(sel)
+			set, ok := bySelector[key]
+			if !ok {
+				set = newBitset(len(c.nodes))
+				for n := range c.nodes {
+					if sel.selects(c.nodes[n].node) {
+						set.set(n)
+					}
+				}
+				bySelector[key] = set
+			}
+			js.eligible = set
+		}
 		js.queue = -1
 		if q, ok := c.queueBy[j.Queue]; ok {
 			js.queue = q
@@ -404,4 +422,29 @@ func (c *cycle) rollback(mark int) {
 		*slot = o.prev
 	}
 	c.log = c.log[:mark]
+}
+
+// selectorKey identifies a selector (for sharing its node set and for the
+// failure cache: jobs that may use different nodes fail differently).
+func selectorKey(s NodeSelector) string {
+	if s.Key == "" {
+		return ""
+	}
+	return s.Key + "=" + strings.Join(s.Values, "\x00")
+}
+
+// within narrows dom (nil: every node) to the nodes job j may use.
+func (c *cycle) within(j int, dom bitset) bitset {
+	el := c.jobs[j].eligible
+	switch {
+	case el == nil:
+		return dom
+	case dom == nil:
+		return el
+	}
+	out := make(bitset, len(dom))
+	for w := range out {
+		out[w] = dom[w] & el[w]
+	}
+	return out
 }

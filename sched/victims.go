@@ -141,7 +141,7 @@ func (c *cycle) evictFor(x *victimIndex, j int, rules victimRules) bool {
 			list := x.byQueue[q]
 			for cursor[i] < len(list) {
 				v := int(list[cursor[i]])
-				if v != j && c.stillRunning(v) && rules.jobOK(v) && c.holdsWhatIsNeeded(v, req) {
+				if v != j && c.stillRunning(v) && rules.jobOK(v) && c.holdsWhatIsNeeded(v, req) && c.runsOn(v, js.eligible) {
 					break
 				}
 				cursor[i]++
@@ -174,6 +174,20 @@ func (c *cycle) evictFor(x *victimIndex, j int, rules victimRules) bool {
 		}
 	}
 	c.rollback(mark)
+	return false
+}
+
+// runsOn reports whether a running task of v is on a node in set (nil:
+// any node): evicting a job from nodes j may not use frees nothing for j.
+func (c *cycle) runsOn(v int, set bitset) bool {
+	if set == nil {
+		return true
+	}
+	for _, t := range c.runningTasks(v) {
+		if n := c.jobs[v].tasks[t].node; n >= 0 && set.has(int(n)) {
+			return true
+		}
+	}
 	return false
 }
 

@@ -31,6 +31,10 @@ func (b *builder) jobs(snap *sched.Snapshot, jobs []fileJob) {
 			Name: j.Name, Queue: j.Queue, MinMembers: j.MinMembers, Priority: 100,
 			Topology: sched.TopologyConstraint{Name: j.Topology.Name, Required: j.Topology.Required, Preferred: j.Topology.Preferred},
 			StaleFor: b.duration(p+".stale_for", j.StaleFor),
+			Nodes:    sched.NodeSelector{Key: j.Nodes.Key, Values: j.Nodes.Values},
+		}
+		if j.Nodes.Key == "" && len(j.Nodes.Values) > 0 {
+			b.fail(p+".nodes.key", "values without a key: name the node label, like key: project")
 		}
 		switch v := j.Priority.(type) {
 		case nil:

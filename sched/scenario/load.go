@@ -80,6 +80,11 @@ type fileJob struct {
 	} `yaml:"topology"`
 	Tasks    []fileTask `yaml:"tasks"`
 	StaleFor string     `yaml:"stale_for"`
+	// Nodes is sched.Job.Nodes: {key: project, values: ["", a]}.
+	Nodes struct {
+		Key    string   `yaml:"key"`
+		Values []string `yaml:"values"`
+	} `yaml:"nodes"`
 }
 
 type fileUsageEntry struct {
