@@ -34,18 +34,24 @@ func agentCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "data-dir", Value: defaultAgentDir(), Usage: "state file, job files and the token live here", EnvVars: []string{"GPUD_AGENT_DATA_DIR"}},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7071", Usage: "host:port or unix:///path/agent.sock", EnvVars: []string{"GPUD_AGENT_LISTEN"}},
-			&cli.StringFlag{Name: "token", Usage: "API bearer token (default: DATA_DIR/token, created on first start)", EnvVars: []string{"GPUD_AGENT_TOKEN"}},
+			&cli.StringFlag{Name: "token", Usage: "API bearer token (default: DATA_DIR/token, created on first start); with --server the fleet's registration token. Prefer the environment variable or --token-file: a flag's value shows in ps", EnvVars: []string{"GPUD_AGENT_TOKEN"}},
+			&cli.StringFlag{Name: "token-file", Usage: "read the token (see --token) from this file (keep it mode 0600)", EnvVars: []string{"GPUD_AGENT_TOKEN_FILE"}},
+			&cli.StringFlag{Name: "hostname", Usage: "with --server: the name to register this host under (default: the hostname)", EnvVars: []string{"GPUD_AGENT_HOSTNAME"}},
 			&cli.StringFlag{Name: "runtime", Value: agent.RuntimeAuto, Usage: "docker, process, or auto (docker when reachable, else process)"},
-			&cli.StringFlag{Name: "server", Usage: "register with the server at this https:// URL instead of listening (--token is then the fleet's registration token); see docs/fleets.md", EnvVars: []string{"GPUD_SERVER"}},
+			&cli.StringFlag{Name: "server", Usage: "register with the server at this https:// URL instead of listening (the token, from GPUD_AGENT_TOKEN or --token-file, is then the fleet's registration token); see docs/fleets.md", EnvVars: []string{"GPUD_SERVER"}},
 			&cli.StringFlag{Name: "server-ca", Usage: "PEM file of the CA that signed the server's certificate (default: the system's roots)"},
 			&cli.StringFlag{Name: "agent-id", Value: "default", Usage: "tells this agent's containers from other agents' on the same engine"},
 			fakeGPUs,
 		},
 		Action: func(c *cli.Context) error {
+			token, err := agentToken(c)
+			if err != nil {
+				return usageError(err)
+			}
 			return runAgent(c.Context, agentFlags{
-				dataDir: c.String("data-dir"), listen: c.String("listen"), token: c.String("token"),
+				dataDir: c.String("data-dir"), listen: c.String("listen"), token: token,
 				runtime: c.String("runtime"), agentID: c.String("agent-id"), fakeGPUs: c.String("fake-gpus"),
-				server: c.String("server"), serverCA: c.String("server-ca"),
+				server: c.String("server"), serverCA: c.String("server-ca"), hostname: c.String("hostname"),
 			})
 		},
 		Subcommands: []*cli.Command{
@@ -78,7 +84,32 @@ func agentCommand() *cli.Command {
 
 type agentFlags struct {
 	dataDir, listen, token, runtime, agentID, fakeGPUs string
-	server, serverCA                                   string
+	server, serverCA, hostname                         string
+}
+
+// agentToken is the token from --token (or GPUD_AGENT_TOKEN) or from the
+// file --token-file names, never both. A token typed as a flag shows in
+// every user's ps, so it is warned about.
+func agentToken(c *cli.Context) (string, error) {
+	token, file := c.String("token"), c.String("token-file")
+	if file == "" {
+		if token != "" && os.Getenv("GPUD_AGENT_TOKEN") != token {
+			zerolog.Ctx(c.Context).Warn().Msg("--token on the command line is visible to every user in ps; set GPUD_AGENT_TOKEN or use --token-file")
+		}
+		return token, nil
+	}
+	if token != "" {
+		return "", fmt.Errorf("give the token once: --token (GPUD_AGENT_TOKEN) or --token-file, not both")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	token = strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("--token-file %s is empty", file)
+	}
+	return token, nil
 }
 
 func defaultAgentDir() string {
@@ -126,7 +157,7 @@ func runAgent(ctx context.Context, f agentFlags) error {
 		return err
 	}
 	if f.server != "" {
-		cfg, err := tunnel.NewConfig(f.server, f.serverCA, f.token, token, h, log)
+		cfg, err := tunnel.NewConfig(tunnel.Flags{Server: f.server, ServerCA: f.serverCA, Token: f.token, DataDir: f.dataDir, Host: f.hostname}, token, h, log)
 		if err != nil {
 			return usageError(err)
 		}

@@ -61,7 +61,7 @@ func fleetCommand() *cli.Command {
 			},
 			{
 				Name:      "token",
-				Usage:     "issue a registration token: hosts that run gpud agent --server URL --token TOKEN join FLEET",
+				Usage:     "issue a registration token: hosts that run gpud agent --server URL with the token in GPUD_AGENT_TOKEN or --token-file join FLEET (shared fleets: global admins only)",
 				ArgsUsage: "FLEET",
 				Flags:     clientFlags(jsonFlag()),
 				Action: func(c *cli.Context) error {
@@ -81,14 +81,16 @@ func fleetCommand() *cli.Command {
 						return printJSON(c.App.Writer, tok)
 					}
 					fmt.Fprintf(c.App.Writer, "Registration token %s for fleet %s (shown once; only its hash is stored):\n  %s\n"+
-						"On each host: gpud agent --server https://SERVER:PORT --token %s [--server-ca registration-ca.pem]\n"+
-						"Revoke with: gpud fleet revoke %s %s\n", tok.ID, name, tok.Token, tok.Token, name, tok.ID)
+						"On each host, put it in a file only root reads (umask 077; cat > /etc/gpud/registration-token) and run:\n"+
+						"  gpud agent --server https://SERVER:PORT --token-file /etc/gpud/registration-token [--server-ca registration-ca.pem]\n"+
+						"(or export GPUD_AGENT_TOKEN; never pass --token: a flag shows in ps)\n"+
+						"Revoke with: gpud fleet revoke %s %s\n", tok.ID, name, tok.Token, name, tok.ID)
 					return nil
 				},
 			},
 			{
 				Name:      "revoke",
-				Usage:     "revoke a registration token; hosts registered with it are disconnected and cannot come back",
+				Usage:     "revoke a registration token; hosts registered with it are disconnected, their keys forgotten, and they cannot come back with it",
 				ArgsUsage: "FLEET TOKEN_ID",
 				Flags:     clientFlags(),
 				Action: func(c *cli.Context) error {

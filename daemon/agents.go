@@ -159,8 +159,16 @@ func (s *Server) registerInstance(ctx context.Context, fleet, id, backend string
 	spec := encodeSpec(instanceState{Backend: backend, Host: host})
 	rec, err := s.store.Instances().Get(id)
 	status := store.InstanceIdle
-	if err == nil && rec.Status == store.InstanceBusy {
-		status = store.InstanceBusy
+	if err == nil {
+		// An id names one host of one fleet for good: a registration that
+		// would take over another fleet's or backend's instance (and its
+		// agent link, and the jobs placed on it) is refused.
+		if old, _ := decodeSpec[instanceState](rec); rec.Fleet != fleet || old.Backend != backend {
+			return fmt.Errorf("register instance %s: the id belongs to a %s host of fleet %q, not to a %s host of fleet %q", id, old.Backend, rec.Fleet, backend, fleet)
+		}
+		if rec.Status == store.InstanceBusy {
+			status = store.InstanceBusy
+		}
 	}
 	rec = store.Record{Kind: store.KindInstance, ID: id, Name: id, Fleet: fleet, Status: status, Spec: spec}
 	if _, err := s.store.Apply(ctx, store.Put(rec)); err != nil {

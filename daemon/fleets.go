@@ -15,6 +15,17 @@ import (
 // project (record id "project/name"). This server registers their
 // configuration; hosts join through agents' heartbeats.
 
+// hostServes reports whether instance's fleet is visible to project, so
+// its jobs (and their secrets) may go to that host.
+func (s *Server) hostServes(instance, project string) bool {
+	inst, err := s.store.Instances().Get(instance)
+	if err != nil {
+		return false
+	}
+	f, err := s.store.Fleets().Get(inst.Fleet)
+	return err == nil && visibleFleet(project, f)
+}
+
 // visibleFleet reports whether project may see the fleet record.
 func visibleFleet(project string, f store.Record) bool {
 	return f.Project == "" || f.Project == project
@@ -71,7 +82,20 @@ func (s *Server) handleListFleets(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-// findFleet resolves a fleet name as the project sees it.
+// sharedFleetName reports whether name is a shared fleet's, or "local",
+// which stays reserved for the local fleet even on a server without it.
+func sharedFleetName(st *store.Store, name string) bool {
+	if name == localFleet {
+		return true
+	}
+	f, err := st.Fleets().Get(name)
+	return err == nil && f.Project == ""
+}
+
+// findFleet resolves a fleet name as the project sees it. Project fleets
+// cannot take a shared fleet's name (handleApplyFleet), so a name means one
+// fleet; one made before that rule still resolves first, so it can be
+// deleted.
 func (s *Server) findFleet(project, name string) (store.Record, error) {
 	if f, err := s.store.Fleets().Get(project + "/" + name); err == nil {
 		return f, nil
@@ -116,6 +140,9 @@ func (s *Server) handleApplyFleet(w http.ResponseWriter, r *http.Request) error 
 	if cfg.Fleet.Name == "" {
 		return badField("configuration.name", "a fleet needs a name")
 	}
+	if sharedFleetName(s.store, cfg.Fleet.Name) {
+		return badField("configuration.name", "%q is the name of a fleet shared by every project; a project fleet of that name would hide it in this project's paths: choose another name", cfg.Fleet.Name)
+	}
 	norm, err := json.Marshal(cfg)
 	if err != nil {
 		return err
@@ -146,9 +173,16 @@ func (s *Server) handleDeleteFleet(w http.ResponseWriter, r *http.Request) error
 		}
 		muts = append(muts, store.Delete(store.KindInstance, inst.ID))
 	}
-	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
+	// Its registration tokens and hosts' keys go with it, in the same
+	// commit: a token must never outlive the fleet it admits hosts to.
+	tokens, err := s.fleetTokenMutations(r.Context(), f.ID)
+	if err != nil {
 		return err
 	}
+	if _, err := s.store.Apply(r.Context(), append(muts, tokens...)...); err != nil {
+		return err
+	}
+	s.dropFleetTunnels(f.ID)
 	s.deleteSSHFleet(r.Context(), f.ID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil

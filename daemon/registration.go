@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	agentclient "gpud.dev/gpud/agent/client"
@@ -31,10 +32,14 @@ import (
 
 // Bare-metal registration: with Options.RegistrationListen set, the
 // server serves tunnel.ConnectPath over TLS on that address. Agents started
-// with `gpud agent --server https://ADDR --token T` join the token's fleet
-// as instances with backend "registration", reached through their tunnel.
-// Tokens are per fleet, stored as hashes in the store's KV namespace, and
-// revocable (revoking also drops the tunnels registered with them).
+// with `GPUD_AGENT_TOKEN=T gpud agent --server https://ADDR` join the
+// token's fleet as instances with backend "registration", reached through
+// their tunnel, under an id the server assigns (hostkeys.go) and bound to
+// the key they prove. Tokens are per fleet, stored as hashes in the
+// store's KV namespace, and revocable (revoking also drops the tunnels
+// registered with them and forgets their hosts' keys). A shared fleet's
+// tokens are the global admins' to issue and revoke; a project's tokens
+// go with its fleet, and its fleets must go before the project does.
 
 // RegistrationCAFile is the PEM certificate agents pass as --server-ca when
 // the server made its own self-signed registration certificate.
@@ -52,11 +57,14 @@ func regTokenKey(hash string) string { return "registration/tokens/" + hash }
 func regIDKey(id string) string      { return "registration/ids/" + id }
 
 // kvTokens checks registration tokens against the store.
-type kvTokens struct{ kv *store.KV }
+type kvTokens struct{ store *store.Store }
 
+// CheckRegistrationToken implements registration.TokenChecker. A token
+// whose fleet is gone, or no longer belongs to the token's project, is
+// unknown: it admits hosts into its own fleet only, and dies with it.
 func (k kvTokens) CheckRegistrationToken(ctx context.Context, token string) (registration.Grant, error) {
 	sum := sha256.Sum256([]byte(token))
-	b, err := k.kv.Load(ctx, regTokenKey(hex.EncodeToString(sum[:])))
+	b, err := k.store.KV().Load(ctx, regTokenKey(hex.EncodeToString(sum[:])))
 	if errors.Is(err, fs.ErrNotExist) {
 		return registration.Grant{}, registration.ErrTokenUnknown
 	}
@@ -70,6 +78,9 @@ func (k kvTokens) CheckRegistrationToken(ctx context.Context, token string) (reg
 	if rec.Revoked {
 		return registration.Grant{}, registration.ErrTokenRevoked
 	}
+	if f, err := k.store.Fleets().Get(rec.Fleet); err != nil || f.Project != rec.Project {
+		return registration.Grant{}, fmt.Errorf("%w: its fleet %q is gone", registration.ErrTokenUnknown, rec.Fleet)
+	}
 	return registration.Grant{Fleet: rec.Fleet, TokenID: rec.ID}, nil
 }
 
@@ -82,7 +93,7 @@ func (s *Server) startRegistration() error {
 	if err != nil {
 		return err
 	}
-	s.registration = &registration.Acceptor{Tokens: kvTokens{s.store.KV()}, Logger: s.log,
+	s.registration = &registration.Acceptor{Tokens: kvTokens{s.store}, Hosts: &storeHosts{s: s}, Logger: s.log,
 		KeepaliveInterval: s.opts.SSHHealth.KeepaliveInterval,
 		OnConnect: func(a *registration.Agent) {
 			s.wg.Add(1)
@@ -95,17 +106,25 @@ func (s *Server) startRegistration() error {
 			if s.ctx.Err() != nil || s.registration.Agent(a.Fleet, a.Host) != nil {
 				return // the server is closing, or a newer tunnel of the host replaced this one
 			}
-			s.hostUnreachable(s.ctx, tunnelInstanceID(a), "registration tunnel closed")
-			f, _ := s.store.Fleets().Get(a.Fleet)
-			if _, err := s.store.Apply(context.WithoutCancel(s.ctx), event(f.Project, store.KindInstance, tunnelInstanceID(a), "unreachable", "registration tunnel closed")); err != nil {
+			s.hostUnreachable(s.ctx, a.Instance, "registration tunnel closed")
+			f, err := s.store.Fleets().Get(a.Fleet)
+			if err != nil {
+				return // the fleet was deleted, with its instances
+			}
+			if _, err := s.store.Apply(context.WithoutCancel(s.ctx), event(f.Project, store.KindInstance, a.Instance, "unreachable", "registration tunnel closed")); err != nil {
 				s.log.Warn().Err(err).Str("host", a.Host).Msg("record tunnel event")
 			}
-			s.setInstanceHealth(tunnelInstanceID(a), "unreachable: registration tunnel closed")
+			s.setInstanceHealth(a.Instance, "unreachable: registration tunnel closed")
 		},
 	}
 	mux := http.NewServeMux()
 	mux.Handle(tunnel.ConnectPath, s.registration)
-	ln, err := tls.Listen("tcp", s.opts.RegistrationListen, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	// RequestClientCert: the agent's self-signed host key is not verified
+	// against a CA; the handshake proves the agent holds it, and the
+	// acceptor binds the host name to it. An agent without a key gets the
+	// acceptor's message instead of a bare handshake failure.
+	ln, err := tls.Listen("tcp", s.opts.RegistrationListen, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"},
+		MinVersion: tls.VersionTLS12, ClientAuth: tls.RequestClientCert})
 	if err != nil {
 		return fmt.Errorf("registration listen %s: %w", s.opts.RegistrationListen, err)
 	}
@@ -117,21 +136,19 @@ func (s *Server) startRegistration() error {
 	return nil
 }
 
-func tunnelInstanceID(a *registration.Agent) string {
-	return sanitize(a.Fleet + "-" + a.Host)
-}
-
 // registerTunnelAgent records a registered host as an instance.
 func (s *Server) registerTunnelAgent(a *registration.Agent) {
 	cl, err := agentclient.New(registration.BaseURL, a.Token, a.HTTPClient())
 	if err != nil {
+		s.log.Warn().Err(err).Str("fleet", a.Fleet).Str("host", a.Host).Msg("register tunnel agent")
+		a.Close()
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
 	info, err := cl.Host(ctx)
 	if err == nil {
-		err = s.registerInstance(ctx, a.Fleet, tunnelInstanceID(a), "registration", info, cl)
+		err = s.registerInstance(ctx, a.Fleet, a.Instance, "registration", info, cl)
 	}
 	if err != nil {
 		s.log.Warn().Err(err).Str("fleet", a.Fleet).Str("host", a.Host).Msg("register tunnel agent")
@@ -139,7 +156,7 @@ func (s *Server) registerTunnelAgent(a *registration.Agent) {
 		return
 	}
 	// Jobs moved while the host was away are stopped; its others watched.
-	s.hostBack(s.agents.get(tunnelInstanceID(a)))
+	s.hostBack(s.agents.get(a.Instance))
 }
 
 // registrationCert loads the configured certificate, or makes (once) and
@@ -185,9 +202,21 @@ func (s *Server) registrationCert() (tls.Certificate, error) {
 	return tls.LoadX509KeyPair(certFile, keyFile)
 }
 
-// handleIssueRegistrationToken issues a token for a fleet (manager).
-func (s *Server) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Request) error {
+// tokenFleet is authorizedFleet for the token handlers: a project's
+// fleet takes a manager of the project; a shared fleet, whose hosts serve
+// every project, takes a global admin.
+func (s *Server) tokenFleet(r *http.Request, verb string) (string, caller, store.Record, error) {
 	project, c, f, err := s.authorizedFleet(r, api.RoleManager)
+	if err == nil && f.Project == "" && !c.admin {
+		err = forbidden("fleet %q is shared by every project: only a global admin may %s its registration tokens", f.Name, verb)
+	}
+	return project, c, f, err
+}
+
+// handleIssueRegistrationToken issues a token for a fleet (manager; a
+// global admin for a shared fleet).
+func (s *Server) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Request) error {
+	project, c, f, err := s.tokenFleet(r, "issue")
 	if err != nil {
 		return err
 	}
@@ -198,8 +227,14 @@ func (s *Server) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Req
 	token := "gpudreg_" + hex.EncodeToString(raw)
 	sum := sha256.Sum256([]byte(token))
 	hash := hex.EncodeToString(sum[:])
-	rec := regTokenRecord{Fleet: f.ID, Project: project, ID: hash[:12]}
-	b, _ := json.Marshal(rec)
+	// The token belongs to the fleet's project ("" for a shared fleet),
+	// not to the path's: deleting the project a global admin happened to
+	// name must not take a shared fleet's token with it.
+	rec := regTokenRecord{Fleet: f.ID, Project: f.Project, ID: hash[:12]}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
 	if _, err := s.store.Apply(r.Context(), store.KVPut(regTokenKey(hash), b), store.KVPut(regIDKey(rec.ID), []byte(hash)),
 		event(project, store.KindFleet, f.ID, "token_issued", "registration token "+rec.ID+" issued by "+c.name)); err != nil {
 		return err
@@ -208,9 +243,10 @@ func (s *Server) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Req
 	return nil
 }
 
-// handleRevokeRegistrationToken revokes a token and drops its tunnels.
+// handleRevokeRegistrationToken revokes a token, drops its tunnels and
+// forgets the keys of the hosts that registered with it.
 func (s *Server) handleRevokeRegistrationToken(w http.ResponseWriter, r *http.Request) error {
-	project, c, f, err := s.authorizedFleet(r, api.RoleManager)
+	project, c, f, err := s.tokenFleet(r, "revoke")
 	if err != nil {
 		return err
 	}
@@ -228,9 +264,16 @@ func (s *Server) handleRevokeRegistrationToken(w http.ResponseWriter, r *http.Re
 		return notFound("registration token", id)
 	}
 	rec.Revoked = true
-	b, _ = json.Marshal(rec)
-	if _, err := s.store.Apply(r.Context(), store.KVPut(regTokenKey(string(hash)), b),
-		event(project, store.KindFleet, f.ID, "token_revoked", "registration token "+id+" revoked by "+c.name)); err != nil {
+	if b, err = json.Marshal(rec); err != nil {
+		return err
+	}
+	forget, err := s.forgetTokenHosts(r.Context(), f.ID, id)
+	if err != nil {
+		return err
+	}
+	muts := append([]store.Mutation{store.KVPut(regTokenKey(string(hash)), b),
+		event(project, store.KindFleet, f.ID, "token_revoked", fmt.Sprintf("registration token %s revoked by %s; %d hosts' keys forgotten", id, c.name, len(forget)))}, forget...)
+	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
 		return err
 	}
 	if s.registration != nil {
@@ -238,6 +281,72 @@ func (s *Server) handleRevokeRegistrationToken(w http.ResponseWriter, r *http.Re
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// fleetTokenMutations returns the mutations that delete fleetID's
+// registration tokens and its hosts' key bindings, for deleting the fleet.
+// After they apply, dropFleetTunnels closes its hosts' tunnels; the
+// agents cannot come back, their tokens being gone.
+func (s *Server) fleetTokenMutations(ctx context.Context, fleetID string) ([]store.Mutation, error) {
+	muts := []store.Mutation{store.KVDelete(regHostsDir(fleetID))}
+	toks, err := s.tokenRecords(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for hash, rec := range toks {
+		if rec.Fleet == fleetID {
+			muts = append(muts, store.KVDelete(regTokenKey(hash)), store.KVDelete(regIDKey(rec.ID)))
+		}
+	}
+	return muts, nil
+}
+
+// projectTokenMutations deletes every registration token recorded for
+// project, whatever its fleet (tokens a project's manager once issued for
+// a fleet that is gone, or for the shared fleet before only admins could).
+func (s *Server) projectTokenMutations(ctx context.Context, project string) ([]store.Mutation, error) {
+	toks, err := s.tokenRecords(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var muts []store.Mutation
+	for hash, rec := range toks {
+		if rec.Project == project {
+			muts = append(muts, store.KVDelete(regTokenKey(hash)), store.KVDelete(regIDKey(rec.ID)))
+		}
+	}
+	return muts, nil
+}
+
+// tokenRecords reads every registration token record by hash.
+func (s *Server) tokenRecords(ctx context.Context) (map[string]regTokenRecord, error) {
+	keys, err := s.store.KV().List(ctx, "registration/tokens", false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]regTokenRecord{}
+	for _, k := range keys {
+		b, err := s.store.KV().Load(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		var rec regTokenRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return nil, fmt.Errorf("registration token record %s: %w", k, err)
+		}
+		out[strings.TrimPrefix(k, "registration/tokens/")] = rec
+	}
+	return out, nil
+}
+
+// dropFleetTunnels closes the tunnels of fleetID's registered hosts.
+func (s *Server) dropFleetTunnels(fleetID string) {
+	if s.registration != nil {
+		s.registration.DropFleet(fleetID)
+	}
 }
 
 // RegistrationURL is the https:// URL agents register at, "" when

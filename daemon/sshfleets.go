@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"reflect"
-	"strings"
 	"sync"
 	"time"
 
@@ -69,8 +68,13 @@ func (k kvHostKeys) ForgetHostKey(ctx context.Context, addr string) error {
 	return k.kv.Delete(ctx, hostKeyPath(addr))
 }
 
+// sshInstanceID names an SSH fleet's host: "ssh/" + fleet record id ("project/name") + "/" + host.
+// Joining the parts with '-' (as before) let project "a-b" fleet "c" and
+// project "a" fleet "b-c" share ids, and let either take the local
+// instance's ("local-host"); '/' never occurs in names, so this id is one
+// host of one fleet, distinct from registered ("reg/…") and local ones.
 func sshInstanceID(fleetID, host string) string {
-	return sanitize(strings.ReplaceAll(fleetID, "/", "-") + "-" + host)
+	return "ssh/" + fleetID + "/" + host
 }
 
 // applySSHFleet provisions the hosts of spec that are new or changed and

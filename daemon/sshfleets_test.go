@@ -157,15 +157,15 @@ func TestSSHFleetHostFailuresBecomeInstanceEvents(t *testing.T) {
 		})
 		return found
 	}
-	refused := event(sanitize(hosts[1].IP), "failed")
+	refused := event("/"+hosts[1].IP, "failed")
 	for _, want := range []string{"host key", pinned, ssh.FingerprintSHA256(hosts[1].HostKey)} {
 		if !strings.Contains(refused.Reason, want) {
 			t.Errorf("refusal %q does not name %q", refused.Reason, want)
 		}
 	}
-	event(sanitize(hosts[0].IP), "ready")
+	event("/"+hosts[0].IP, "ready")
 	hosts[0].Kill(t)
-	event(sanitize(hosts[0].IP), "unreachable")
+	event("/"+hosts[0].IP, "unreachable")
 	// `gpud fleet list` shows it through the instance's reason.
 	testutil.Eventually(t, 10*time.Second, func() error {
 		var fleet api.Fleet

@@ -222,12 +222,28 @@ func (s *Server) handleDeleteProject(w http.ResponseWriter, r *http.Request) err
 		}
 		muts = append(muts, store.Delete(store.KindRun, run.ID))
 	}
-	for _, k := range []store.Kind{store.KindMember, store.KindQueue, store.KindSecret, store.KindFleet} {
+	// Fleets are live: hosts, agents on them, tokens that admit more.
+	// Deleting the fleet tears all of that down (handleDeleteFleet), so the
+	// project waits for it rather than leave hosts of a fleet that is gone.
+	if fleets := s.store.Fleets().ByProject(project); len(fleets) > 0 {
+		names := make([]string, len(fleets))
+		for i, f := range fleets {
+			names[i] = f.Name
+		}
+		sort.Strings(names)
+		return conflict("project %q still has fleets %v; delete each first (gpud fleet delete NAME --project %s), which stops its hosts' agents, removes its instances and its registration tokens, then delete the project",
+			project, names, project)
+	}
+	for _, k := range []store.Kind{store.KindMember, store.KindQueue, store.KindSecret} {
 		for _, rec := range s.store.Collection(k).ByProject(project) {
 			muts = append(muts, store.Delete(k, rec.ID))
 		}
 	}
-	muts = append(muts, store.Delete(store.KindProject, project))
+	tokens, err := s.projectTokenMutations(r.Context(), project)
+	if err != nil {
+		return err
+	}
+	muts = append(append(muts, tokens...), store.Delete(store.KindProject, project))
 	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
 		return err
 	}

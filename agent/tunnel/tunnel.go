@@ -50,8 +50,12 @@ type Config struct {
 	ServerURL string
 	// Token is the fleet's registration token; never logged.
 	Token string
-	// Host is the name to register as (the hostname by default).
+	// Host is the name to register as (the hostname by default). The
+	// server binds it, within the token's fleet, to Key.
 	Host string
+	// Key is the host's identity (LoadOrCreateKey), presented as the TLS
+	// client certificate: the handshake proves the agent holds it.
+	Key tls.Certificate
 	// AgentToken is the agent API's bearer token, handed to the server
 	// over the TLS connection so it can call Handler.
 	AgentToken string
@@ -76,8 +80,8 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return fmt.Errorf("--server %q: use https://host:port (registration always runs over TLS)", cfg.ServerURL)
 	}
-	if cfg.Token == "" || cfg.AgentToken == "" || cfg.Handler == nil {
-		return errors.New("tunnel: a registration token, an agent token and a handler are required")
+	if cfg.Token == "" || cfg.AgentToken == "" || cfg.Handler == nil || len(cfg.Key.Certificate) == 0 {
+		return errors.New("tunnel: a registration token, an agent token, a host key and a handler are required")
 	}
 	maxBackoff := cfg.MaxBackoff
 	if maxBackoff == 0 {
@@ -122,7 +126,11 @@ func serveOnce(ctx context.Context, u *url.URL, cfg Config) (connected bool, err
 		conn.Close()
 		return true, fmt.Errorf("tunnel: %w", err)
 	}
-	cfg.Logger.Info().Str("server", u.Host).Str("host", cfg.Host).Msg("registered with the server")
+	ev := cfg.Logger.Info().Str("server", u.Host).Str("host", cfg.Host)
+	if cfg.Key.Leaf != nil {
+		ev = ev.Str("key", Fingerprint(cfg.Key.Leaf))
+	}
+	ev.Msg("registered with the server")
 	stop := context.AfterFunc(ctx, func() { session.Close() })
 	defer stop()
 	srv := &http.Server{Handler: cfg.Handler, ReadHeaderTimeout: 10 * time.Second}
@@ -139,6 +147,10 @@ func Dial(ctx context.Context, u *url.URL, cfg Config) (net.Conn, error) {
 		tcfg = cfg.TLS.Clone()
 	}
 	tcfg.NextProtos = []string{"http/1.1"} // Upgrade needs HTTP/1.1, never h2
+	// The key is sent whatever CAs the server names: it is self-signed,
+	// and what the server checks is possession, not a chain.
+	key := cfg.Key
+	tcfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &key, nil }
 	host := u.Host
 	if u.Port() == "" {
 		host = net.JoinHostPort(u.Hostname(), "443")
@@ -200,25 +212,49 @@ type bufferedConn struct {
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
-// NewConfig is Config for `gpud agent --server URL --token T
-// [--server-ca FILE]`: it reads the CA file (PEM) when given, so a server
-// with a private CA is verified, and registers under the hostname.
-func NewConfig(serverURL, caFile, registrationToken, agentToken string, h http.Handler, log zerolog.Logger) (Config, error) {
-	if registrationToken == "" {
-		return Config{}, errors.New("--server needs --token: the registration token the server's admin issued for the fleet")
+// Flags are `gpud agent`'s registration settings.
+type Flags struct {
+	// Server is the https:// URL; ServerCA an optional PEM CA file.
+	Server, ServerCA string
+	// Token is the fleet's registration token (from GPUD_AGENT_TOKEN or
+	// --token-file; --token works but shows it in ps).
+	Token string
+	// DataDir holds the host key (KeyFile).
+	DataDir string
+	// Host overrides the name registered (default: the hostname).
+	Host string
+}
+
+// NewConfig is Config for `gpud agent --server URL [--server-ca FILE]`
+// with the registration token from f: it reads the CA file (PEM) when
+// given, so a server with a private CA is verified, loads (or makes) the
+// host key in the data dir, and registers under the hostname.
+func NewConfig(f Flags, agentToken string, h http.Handler, log zerolog.Logger) (Config, error) {
+	if f.Token == "" {
+		return Config{}, errors.New("--server needs the registration token the server's admin issued for the fleet: set GPUD_AGENT_TOKEN or --token-file FILE")
 	}
-	cfg := Config{ServerURL: serverURL, Token: registrationToken, AgentToken: agentToken, Handler: h, Logger: log}
-	cfg.Host, _ = os.Hostname()
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+	cfg := Config{ServerURL: f.Server, Token: f.Token, AgentToken: agentToken, Handler: h, Logger: log, Host: f.Host}
+	if cfg.Host == "" {
+		var err error
+		if cfg.Host, err = os.Hostname(); err != nil {
+			return Config{}, fmt.Errorf("hostname: %w; name the host with --hostname", err)
+		}
+	}
+	if f.ServerCA != "" {
+		pem, err := os.ReadFile(f.ServerCA)
 		if err != nil {
 			return Config{}, fmt.Errorf("--server-ca: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return Config{}, fmt.Errorf("--server-ca %s: no PEM certificate in it", caFile)
+			return Config{}, fmt.Errorf("--server-ca %s: no PEM certificate in it", f.ServerCA)
 		}
 		cfg.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
+	key, err := LoadOrCreateKey(f.DataDir)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.Key = key
 	return cfg, nil
 }

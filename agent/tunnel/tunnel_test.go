@@ -40,7 +40,7 @@ func TestServeRefusesWhatCannotRegister(t *testing.T) {
 		rejected bool
 	}{
 		{"plain http is refused", "http://127.0.0.1:1", "", "t", "registration always runs over TLS", false},
-		{"a token is required", refusing.URL, ca, "", "--server needs --token", false},
+		{"a token is required", refusing.URL, ca, "", "set GPUD_AGENT_TOKEN or --token-file", false},
 		{"a CA file without a certificate", refusing.URL, notPEM, "t", "no PEM certificate", false},
 		{"a refused token ends the agent", refusing.URL, ca, "revoked", "registration token revoked", true},
 	}
@@ -48,7 +48,7 @@ func TestServeRefusesWhatCannotRegister(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			cfg, err := NewConfig(tt.url, tt.ca, tt.token, "agent-token", h, zerolog.Nop())
+			cfg, err := NewConfig(Flags{Server: tt.url, ServerCA: tt.ca, Token: tt.token, DataDir: t.TempDir()}, "agent-token", h, zerolog.Nop())
 			if err == nil {
 				err = Serve(ctx, cfg)
 			}
@@ -56,5 +56,37 @@ func TestServeRefusesWhatCannotRegister(t *testing.T) {
 				t.Fatalf("err = %v; want one containing %q (rejected: %v)", err, tt.want, tt.rejected)
 			}
 		})
+	}
+}
+
+// TestHostKeyIsKeptPrivateAndStable: the first start makes the host key
+// with mode 0600, later starts present the same key (so the server knows
+// the host again), and a key file others can read is refused with the fix.
+func TestHostKeyIsKeptPrivateAndStable(t *testing.T) {
+	dir := t.TempDir()
+	first, err := LoadOrCreateKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(dir, KeyFile))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v, mode %v; want 0600", err, st.Mode().Perm())
+	}
+	again, err := LoadOrCreateKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Fingerprint(first.Leaf) != Fingerprint(again.Leaf) {
+		t.Error("a restarted agent presents another key")
+	}
+	other, err := LoadOrCreateKey(t.TempDir())
+	if err != nil || Fingerprint(other.Leaf) == Fingerprint(first.Leaf) {
+		t.Errorf("two data dirs share a key (%v)", err)
+	}
+	if err := os.Chmod(filepath.Join(dir, KeyFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateKey(dir); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a world-readable key: %v; want a refusal naming chmod 600", err)
 	}
 }

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -30,15 +31,39 @@ func (b *SyncBuffer) String() string {
 	return b.buf.String()
 }
 
-// StartRegisteringAgent starts the real `bin agent --server url --token
-// token --server-ca ca` process with a fresh data directory, the process
-// runtime and fakeGPUs (e.g. "4xA100:40GB"). Its stdout and stderr go to
-// the returned buffer; the process is killed when the test ends.
+// StartRegisteringAgent starts the real `bin agent --server url
+// --server-ca ca` process, its registration token in GPUD_AGENT_TOKEN (as
+// docs/fleets.md says, never on the command line), with a fresh data
+// directory, the process runtime and fakeGPUs (e.g. "4xA100:40GB"). Its
+// stdout and stderr go to the returned buffer; the process is killed when
+// the test ends.
 func StartRegisteringAgent(t testing.TB, bin, url, token, ca, fakeGPUs string) (*exec.Cmd, *SyncBuffer) {
 	t.Helper()
+	return RegisteringAgent{Bin: bin, URL: url, Token: token, CA: ca, FakeGPUs: fakeGPUs}.Start(t)
+}
+
+// RegisteringAgent is a `gpud agent --server` process to start: DataDir
+// (default a fresh one) holds its host key, so two starts with one DataDir
+// are the same host; Hostname, when set, is the name it registers under.
+type RegisteringAgent struct {
+	Bin, URL, Token, CA, FakeGPUs string
+	DataDir, Hostname             string
+}
+
+// Start starts the agent as StartRegisteringAgent does.
+func (a RegisteringAgent) Start(t testing.TB) (*exec.Cmd, *SyncBuffer) {
+	t.Helper()
 	var out SyncBuffer
-	cmd := exec.Command(bin, "agent", "--server", url, "--token", token, "--server-ca", ca,
-		"--data-dir", t.TempDir(), "--runtime", "process", "--fake-gpus", fakeGPUs)
+	if a.DataDir == "" {
+		a.DataDir = t.TempDir()
+	}
+	args := []string{"agent", "--server", a.URL, "--server-ca", a.CA,
+		"--data-dir", a.DataDir, "--runtime", "process", "--fake-gpus", a.FakeGPUs}
+	if a.Hostname != "" {
+		args = append(args, "--hostname", a.Hostname)
+	}
+	cmd := exec.Command(a.Bin, args...)
+	cmd.Env = append(os.Environ(), "GPUD_AGENT_TOKEN="+a.Token)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ func BenchmarkMemoryPerRegisteredHost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	key := hostKey(b)
 	for b.Loop() {
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -34,7 +35,7 @@ func BenchmarkMemoryPerRegisteredHost(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
 		for i := range n {
-			cfg := tunnel.Config{ServerURL: srv.URL, Token: tok, Host: fmt.Sprint("h", i), AgentToken: "x", Handler: ok, TLS: tcfg, Logger: zerolog.Nop()}
+			cfg := tunnel.Config{ServerURL: srv.URL, Token: tok, Host: fmt.Sprint("h", i), AgentToken: "x", Handler: ok, TLS: tcfg, Logger: zerolog.Nop(), Key: key}
 			go tunnel.Serve(ctx, cfg)
 		}
 		testutil.Eventually(b, 30*time.Second, func() error {

@@ -5,8 +5,17 @@
 // whose requests travel back to the agent over that connection. The agent
 // side is agent/tunnel.
 //
+// Identity: the agent presents its host key (agent/tunnel.KeyFile) as the
+// TLS client certificate, so the handshake proves it holds the key. A
+// host name within a fleet is bound to the first key that registers it
+// (HostBinder); another key claiming that name is refused before anything
+// else happens, so it can never displace the host that holds the name.
+// The binder also assigns the host's instance id, which the agent never
+// chooses.
+//
 // registration must not import daemon, store or sched: tokens are checked
-// through TokenChecker, which the server backs with its store.
+// through TokenChecker and names bound through HostBinder, which the
+// server backs with its store.
 package registration
 
 import (
@@ -19,6 +28,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -35,10 +45,71 @@ var (
 	ErrTokenRevoked = errors.New("registration token revoked")
 )
 
+// ErrHostKeyMismatch is what a HostBinder returns when the host name is
+// bound to another key in the fleet.
+var ErrHostKeyMismatch = errors.New("the host name is registered in this fleet with another key")
+
 // Grant is what a valid registration token allows.
 type Grant struct {
 	Fleet   string
 	TokenID string // names the token (never the token itself), for revocation
+}
+
+// HostClaim is one registration's claim: the host name, in the grant's
+// fleet, for the key the TLS handshake proved.
+type HostClaim struct {
+	Grant Grant
+	// Host is the registered name, lower case (see validHost).
+	Host string
+	// Key is the fingerprint of the proved key (tunnel.Fingerprint).
+	Key        string
+	RemoteAddr string
+}
+
+// HostBinder binds host names to keys; safe for concurrent use.
+type HostBinder interface {
+	// BindHost binds c.Host in c.Grant.Fleet to c.Key if the name is
+	// new there, and returns the host's instance id (assigned by the
+	// binder, never by the agent). A name bound to another key is an
+	// error wrapping ErrHostKeyMismatch whose text says how to proceed.
+	BindHost(ctx context.Context, c HostClaim) (instance string, err error)
+}
+
+// MemoryHosts is an in-memory HostBinder; instance ids are "fleet/host".
+// The server keeps the same bindings in its store.
+type MemoryHosts struct {
+	mu   sync.Mutex
+	keys map[string]string // fleet/host -> key fingerprint
+}
+
+// BindHost implements HostBinder.
+func (m *MemoryHosts) BindHost(_ context.Context, c HostClaim) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.keys == nil {
+		m.keys = map[string]string{}
+	}
+	k := key(c.Grant.Fleet, c.Host)
+	if have, ok := m.keys[k]; ok && have != c.Key {
+		return "", fmt.Errorf("host %q: %w", c.Host, ErrHostKeyMismatch)
+	}
+	m.keys[k] = c.Key
+	return k, nil
+}
+
+// hostPattern is what a registered host name may look like once lower
+// cased: a DNS name or a short hostname, at most 253 bytes. It keeps names
+// usable in store keys and instance ids ('/' never appears).
+var hostPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,252}$`)
+
+// validHost returns the host name as it is bound (lower case: host names
+// are case-insensitive, so "VM" and "vm" are one name), or an error.
+func validHost(h string) (string, error) {
+	h = strings.ToLower(h)
+	if !hostPattern.MatchString(h) || strings.Contains(h, "..") {
+		return "", fmt.Errorf("host name %q: use letters, digits, '.', '-' and '_' (at most 253), or set `gpud agent --hostname`", h)
+	}
+	return h, nil
 }
 
 // TokenChecker validates registration tokens; safe for concurrent use.
@@ -111,8 +182,12 @@ func (t *Tokens) CheckRegistrationToken(_ context.Context, token string) (Grant,
 // Agent is one registered host. Its transport reaches the agent API only
 // through the host's tunnel.
 type Agent struct {
-	Fleet   string
-	Host    string
+	Fleet string
+	Host  string
+	// Instance is the id the HostBinder assigned to the host.
+	Instance string
+	// Key is the fingerprint of the key the host proved.
+	Key     string
 	TokenID string
 	// Token is the agent API bearer token the agent sent; never log it.
 	Token       string
@@ -151,6 +226,9 @@ func (a *Agent) Close() error {
 // server's TLS listener. All methods are safe for concurrent use.
 type Acceptor struct {
 	Tokens TokenChecker
+	// Hosts binds names to keys; nil keeps the bindings in memory
+	// (MemoryHosts), which a restart forgets.
+	Hosts HostBinder
 	// KeepaliveInterval pings each tunnel; one silent for three intervals
 	// is closed (default 5 s: a lost host is noticed within 20 s).
 	KeepaliveInterval time.Duration
@@ -160,8 +238,9 @@ type Acceptor struct {
 	OnDisconnect func(*Agent)
 	Logger       zerolog.Logger
 
-	mu     sync.Mutex
-	agents map[string]*Agent // fleet/host
+	mu       sync.Mutex
+	agents   map[string]*Agent // fleet/host
+	memHosts MemoryHosts
 }
 
 // ServeHTTP validates the token and upgrades the connection.
@@ -184,6 +263,30 @@ func (ac *Acceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		ac.Logger.Warn().Str("host", host).Str("remote", r.RemoteAddr).Err(err).Msg("registration refused")
 		http.Error(w, "registration refused: "+err.Error()+"; ask the fleet's admin for a new token", http.StatusUnauthorized)
+		return
+	}
+	if host, err = validHost(host); err != nil {
+		http.Error(w, "registration refused: "+err.Error(), http.StatusForbidden)
+		return
+	}
+	if len(r.TLS.PeerCertificates) == 0 {
+		http.Error(w, "registration refused: the agent presented no host key; this server binds each host to the key in "+
+			"its data dir ("+tunnel.KeyFile+"), which gpud agent sends since this version: upgrade gpud on the host", http.StatusUnauthorized)
+		return
+	}
+	claim := HostClaim{Grant: grant, Host: host, Key: tunnel.Fingerprint(r.TLS.PeerCertificates[0]), RemoteAddr: r.RemoteAddr}
+	hosts := ac.Hosts
+	if hosts == nil {
+		hosts = &ac.memHosts
+	}
+	instance, err := hosts.BindHost(r.Context(), claim)
+	if err != nil {
+		ac.Logger.Warn().Str("fleet", grant.Fleet).Str("host", host).Str("key", claim.Key).Str("remote", r.RemoteAddr).Err(err).Msg("registration refused")
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, ErrHostKeyMismatch) {
+			status = http.StatusForbidden
+		}
+		http.Error(w, "registration refused: "+err.Error(), status)
 		return
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
@@ -212,7 +315,7 @@ func (ac *Acceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		conn.Close()
 		return
 	}
-	a := &Agent{Fleet: grant.Fleet, Host: host, TokenID: grant.TokenID, Token: agentToken,
+	a := &Agent{Fleet: grant.Fleet, Host: host, Instance: instance, Key: claim.Key, TokenID: grant.TokenID, Token: agentToken,
 		RemoteAddr: r.RemoteAddr, ConnectedAt: time.Now(), session: session}
 	a.transport = &http.Transport{
 		DialContext:         func(context.Context, string, string) (net.Conn, error) { return session.Open() },
@@ -224,7 +327,9 @@ func (ac *Acceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func key(fleet, host string) string { return fleet + "/" + host }
 
-// add registers a, replacing (and closing) an older tunnel of the host.
+// add registers a, replacing (and closing) an older tunnel of the host:
+// the binder has already checked that a holds the same key, so this is
+// the same host reconnecting before its old tunnel was noticed gone.
 func (ac *Acceptor) add(a *Agent) {
 	ac.mu.Lock()
 	if ac.agents == nil {
@@ -283,6 +388,19 @@ func (ac *Acceptor) DropToken(tokenID string) int {
 	n := 0
 	for _, a := range ac.Agents() {
 		if a.TokenID == tokenID {
+			a.Close()
+			n++
+		}
+	}
+	return n
+}
+
+// DropFleet closes the tunnels of fleet's hosts (call it when the fleet is
+// deleted, after its tokens are gone) and returns how many it closed.
+func (ac *Acceptor) DropFleet(fleet string) int {
+	n := 0
+	for _, a := range ac.Agents() {
+		if a.Fleet == fleet {
 			a.Close()
 			n++
 		}

@@ -8,6 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +32,9 @@ func testServer(t testing.TB) (*Acceptor, *Tokens, *httptest.Server, *tls.Config
 	mux := http.NewServeMux()
 	mux.Handle(tunnel.ConnectPath, ac)
 	srv := httptest.NewUnstartedServer(mux)
+	// As the server does: ask for the agent's host key, and let the
+	// acceptor refuse an agent without one with a message.
+	srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	pool := x509.NewCertPool()
@@ -63,15 +69,31 @@ func agentHandler(t *testing.T, token string) http.Handler {
 	return h
 }
 
-// runAgent runs tunnel.Serve in the background; its result arrives on the
-// returned channel.
+// runAgent runs tunnel.Serve in the background with a new host key; its
+// result arrives on the returned channel.
 func runAgent(t *testing.T, serverURL string, tcfg *tls.Config, regToken, host string) <-chan error {
+	t.Helper()
+	return runAgentWithKey(t, serverURL, tcfg, regToken, host, hostKey(t))
+}
+
+// hostKey is a new agent's host key, as `gpud agent` makes it.
+func hostKey(t testing.TB) tls.Certificate {
+	t.Helper()
+	key, err := tunnel.LoadOrCreateKey(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// runAgentWithKey is runAgent presenting key.
+func runAgentWithKey(t *testing.T, serverURL string, tcfg *tls.Config, regToken, host string, key tls.Certificate) <-chan error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	cfg := tunnel.Config{ServerURL: serverURL, Token: regToken, Host: host, AgentToken: "agent-" + host,
 		Handler: agentHandler(t, "agent-"+host), TLS: tcfg, KeepaliveInterval: 200 * time.Millisecond,
-		MaxBackoff: 200 * time.Millisecond, Logger: zerolog.Nop()}
+		MaxBackoff: 200 * time.Millisecond, Logger: zerolog.Nop(), Key: key}
 	finished := make(chan struct{})
 	go func() { done <- tunnel.Serve(ctx, cfg); close(finished) }()
 	t.Cleanup(func() { cancel(); <-finished })
@@ -171,7 +193,7 @@ func TestRefusedTokensCannotRegister(t *testing.T) {
 		{"no TLS", func(t *testing.T, _ *Acceptor, tokens *Tokens, _ *httptest.Server, _ *tls.Config) {
 			tok, _, _ := tokens.Issue("f")
 			err := tunnel.Serve(context.Background(), tunnel.Config{ServerURL: "http://127.0.0.1:1", Token: tok,
-				AgentToken: "x", Handler: http.NotFoundHandler()})
+				AgentToken: "x", Handler: http.NotFoundHandler(), Key: hostKey(t)})
 			if err == nil {
 				t.Fatal("the agent registered over plain HTTP")
 			}
@@ -256,5 +278,79 @@ func TestSilentTunnelIsDroppedWithinFourKeepaliveIntervals(t *testing.T) {
 		}
 	case <-time.After(4*3*ac.KeepaliveInterval + 2*time.Second):
 		t.Fatal("silent tunnel not noticed")
+	}
+}
+
+// TestAHostNameIsBoundToTheFirstKeyThatRegistersIt attacks the identity
+// binding as the fleet-token holder of issue 11 did: a second agent with
+// its own key and the same host name (in any letter case) is refused with
+// ErrRejected and never displaces the connected host, while the host
+// itself, holding its key, reconnects freely. An agent that presents no
+// key and a name that could not be a host name are refused too.
+func TestAHostNameIsBoundToTheFirstKeyThatRegistersIt(t *testing.T) {
+	ac, tokens, srv, tcfg := testServer(t)
+	var mu sync.Mutex
+	connects := 0
+	ac.OnConnect = func(*Agent) { mu.Lock(); connects++; mu.Unlock() }
+	tok, _, err := tokens.Issue("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := hostKey(t)
+	runAgentWithKey(t, srv.URL, tcfg, tok, "node-a", key)
+	first := waitAgent(t, ac, "f", "node-a")
+	if first.Key != tunnel.Fingerprint(key.Leaf) || first.Instance == "" {
+		t.Fatalf("registered with key %q, instance %q; want the agent's key %q and an assigned instance", first.Key, first.Instance, tunnel.Fingerprint(key.Leaf))
+	}
+
+	for _, name := range []string{"node-a", "NODE-A"} {
+		done := runAgent(t, srv.URL, tcfg, tok, name)
+		select {
+		case err := <-done:
+			if !errors.Is(err, tunnel.ErrRejected) || !strings.Contains(err.Error(), "another key") {
+				t.Fatalf("impostor %q ended with %v; want ErrRejected saying the name has another key", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("impostor %q kept trying", name)
+		}
+	}
+	if got := ac.Agent("f", "node-a"); got != first {
+		t.Fatal("an agent with another key displaced the registered host")
+	}
+	mu.Lock()
+	n := connects
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d connects; the impostors must not have connected at all", n)
+	}
+	c, err := client.New(BaseURL, first.Token, first.HTTPClient())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Host(context.Background()); err != nil {
+		t.Fatalf("the registered host after the attempts: %v", err)
+	}
+
+	// The same key (the agent restarted) takes its name back at once.
+	runAgentWithKey(t, srv.URL, tcfg, tok, "node-a", key)
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if got := ac.Agent("f", "node-a"); got == nil || got == first || got.Instance != first.Instance {
+			return testutil.Errorf("the host's own key did not re-register under instance %s", first.Instance)
+		}
+		return nil
+	})
+
+	u, _ := url.Parse(srv.URL)
+	for _, tt := range []struct {
+		name, host, want string
+		key              tls.Certificate
+	}{
+		{"no host key", "node-k", "presented no host key", tls.Certificate{}},
+		{"a path as host name", "../etc", "host name", hostKey(t)},
+	} {
+		_, err := tunnel.Dial(context.Background(), u, tunnel.Config{Token: tok, Host: tt.host, AgentToken: "x", TLS: tcfg, Key: tt.key})
+		if !errors.Is(err, tunnel.ErrRejected) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v; want ErrRejected saying %q", tt.name, err, tt.want)
+		}
 	}
 }
