@@ -110,6 +110,12 @@ func (s *Server) runJob(ctx context.Context, id string) {
 		s.interruptJob(ctx, id, "the host "+j.Instance+" has no agent connected")
 		return
 	}
+	if !s.hostServes(j.Instance, j.Project) {
+		// The scheduler never places a job there (projectNodes); this
+		// keeps the job's secrets off another project's host regardless.
+		s.interruptJob(ctx, id, "the host "+j.Instance+" does not serve project "+j.Project)
+		return
+	}
 	js, _ := decodeSpec[jobState](j)
 	spec := js.Spec
 	var sealed sealedJob

@@ -119,6 +119,17 @@ func (s *Server) cycle(ctx context.Context) error {
 	return nil
 }
 
+// projectLabel is the node label naming the project a host serves ("" for
+// the hosts of shared fleets).
+const projectLabel = "project"
+
+// projectNodes keeps a project's jobs on its own fleets' hosts and the
+// shared fleets': a host registered to another project never receives
+// them, nor the secrets resolved into them.
+func projectNodes(project string) sched.NodeSelector {
+	return sched.NodeSelector{Key: projectLabel, Values: []string{"", project}}
+}
+
 // activeJob reports whether a job holds or waits for capacity.
 func activeJob(status string) bool {
 	switch status {
@@ -137,7 +148,14 @@ func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 			continue
 		}
 		st, _ := decodeSpec[instanceState](inst)
-		node := sched.Node{Name: inst.ID, CPU: int64(st.Host.CPUs) * 1000, Memory: int64(st.Host.Memory), Labels: map[string]string{"fleet": inst.Fleet}}
+		// A host serves its fleet's project only ("" for a shared fleet:
+		// every project); a host whose fleet is gone serves nobody.
+		f, err := s.store.Fleets().Get(inst.Fleet)
+		if err != nil {
+			continue
+		}
+		node := sched.Node{Name: inst.ID, CPU: int64(st.Host.CPUs) * 1000, Memory: int64(st.Host.Memory),
+			Labels: map[string]string{"fleet": inst.Fleet, projectLabel: f.Project}}
 		for _, d := range st.Host.Accelerators.Devices {
 			node.Devices = append(node.Devices, sched.Device{Index: d.Index, Name: gpuModel(d.Name), Memory: d.MemoryTotal})
 		}
@@ -199,7 +217,8 @@ func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 			if rs.Type == api.KindService {
 				name = g[0].ID
 			}
-			sj := sched.Job{Name: name, Queue: run.Queue, Priority: rs.Priority, Preemptible: rs.Preemptible, MinMembers: min(max(rs.MinNodes, 1), len(g))}
+			sj := sched.Job{Name: name, Queue: run.Queue, Priority: rs.Priority, Preemptible: rs.Preemptible, MinMembers: min(max(rs.MinNodes, 1), len(g)),
+				Nodes: projectNodes(run.Project)}
 			sj.Topology = gangTopology(rs.Type, len(g))
 			for _, j := range g {
 				js := cachedSpecOf[jobState](&s.specs, j)
