@@ -192,3 +192,33 @@ func TestReprovisionKeepsTheBinaryAndRefusesAnotherArchitecture(t *testing.T) {
 		t.Errorf("provision with a riscv64 binary: %v; want ErrArchMismatch naming both architectures", err)
 	}
 }
+
+// TestBootstrapPutsNoSecretOnACommandLine records every command the
+// server has the host's shell run while provisioning (the root login
+// shell is replaced by one that logs its arguments: exactly what ps shows
+// for each SSH command) and checks that the bootstrap ran through it and
+// that none of it holds the agent token, which travels on stdin only.
+func TestBootstrapPutsNoSecretOnACommandLine(t *testing.T) {
+	f := newFleet(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f.hosts[0].Exec(t, `cat > /bin/logsh <<'SH'
+#!/bin/sh
+printf '%s\n' "$*" >> /tmp/ssh-commands.log
+exec /bin/sh "$@"
+SH
+chmod 755 /bin/logsh
+sed -i 's#^root:x:0:0:root:/root:/bin/sh$#root:x:0:0:root:/root:/bin/logsh#' /etc/passwd
+grep -q '^root:.*/bin/logsh$' /etc/passwd`)
+	h := f.provision(t, ctx, f.target(0))
+	cmds := f.hosts[0].Exec(t, "cat /tmp/ssh-commands.log")
+	if !strings.Contains(cmds, "umask 077") || !strings.Contains(cmds, "/data/token") {
+		t.Fatalf("the logging shell did not see the bootstrap; it saw:\n%s", cmds)
+	}
+	if strings.Contains(cmds, h.Token) {
+		t.Errorf("a bootstrap command line holds the agent token:\n%s", cmds)
+	}
+	if ps := f.hosts[0].Exec(t, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"); strings.Contains(ps, h.Token) {
+		t.Error("the agent token is visible in a running process's command line")
+	}
+}
