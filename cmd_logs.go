@@ -18,7 +18,7 @@ func logsCommand() *cli.Command {
 		Flags: clientFlags(
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming until every job of the run finished"},
 			&cli.StringFlag{Name: "job", Usage: "only this job id (see gpud ps --json)"},
-			&cli.BoolFlag{Name: "json", Usage: "print each line as a JSON object (job, offset, time, stream, line), one per line"},
+			&cli.BoolFlag{Name: "json", Usage: "print each line as a JSON object (job, offset, time, stream, line; partial on a piece of a line over 16 MiB, dropped on a marker for output not kept), one per line"},
 		),
 		Action: func(c *cli.Context) error {
 			name, err := oneArg(c, "run")

@@ -200,11 +200,18 @@ func runExitCode(run api.Run) (int, bool) {
 	return 1, true
 }
 
-// writeLogLine prints a job's line to stdout or stderr as the job wrote it.
+// writeLogLine prints a job's line to stdout or stderr as the job wrote it:
+// the piece of a line longer than api.MaxLogLine without a newline, so the
+// pieces join into the line. A marker for output the server no longer has
+// (e.Dropped) is printed like a line, on its stream.
 func writeLogLine(stdout, stderr io.Writer, e api.LogEntry) {
 	w := stdout
 	if e.Stream == api.LogStderr {
 		w = stderr
+	}
+	if e.Partial {
+		fmt.Fprint(w, e.Line)
+		return
 	}
 	fmt.Fprintln(w, e.Line)
 }

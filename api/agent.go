@@ -175,6 +175,9 @@ type JobLogEntry struct {
 	Time   time.Time `json:"time"`
 	Stream LogStream `json:"stream"`
 	Line   string    `json:"line"` // without the trailing newline
+	// Partial marks a piece of a line longer than MaxLogLine; the next
+	// entry of the same stream continues it.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // JobMetrics is one sample of a job's resource use.

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -218,28 +217,32 @@ func stream[T any](ctx context.Context, c *Client, path string, each func(T) err
 		return err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
+	// Records are read whole up to MaxLogRecord (a log entry carrying a
+	// MaxLogLine line), never cut by a reader's buffer.
+	var eachErr error
+	err = ReadLines(resp.Body, MaxLogRecord, func(line []byte) error {
+		line = bytes.TrimSpace(line)
 		if len(line) == 0 {
-			continue // keep-alive
+			return nil // keep-alive
 		}
 		var v T
 		if err := json.Unmarshal(line, &v); err != nil {
-			return fmt.Errorf("GET %s: decode a streamed line: %w", path, err)
+			eachErr = fmt.Errorf("GET %s: decode a streamed line: %w", path, err)
+			return eachErr
 		}
 		if err := each(v); err != nil {
+			eachErr = err
 			return err
 		}
-	}
-	if err := sc.Err(); err != nil {
+		return nil
+	})
+	if err != nil && eachErr == nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return fmt.Errorf("GET %s: stream: %w", path, err)
 	}
-	return nil
+	return err
 }
 
 // projectPath builds /api/v1/projects/{p}/rest with p escaped.

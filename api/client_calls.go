@@ -117,10 +117,13 @@ type LogOptions struct {
 }
 
 // RunLogs calls each with every line of the run's output, in the order
-// each job wrote them. With Follow it returns once the run's jobs finished
-// and their output was delivered; if the connection breaks meanwhile (a
-// server restart), it reconnects with the client's backoff and skips the
-// lines it already delivered, so each line is delivered once.
+// each job wrote them. A line longer than MaxLogLine arrives as pieces
+// with Partial set on all but the last; a marker entry (Dropped set)
+// stands for output the server no longer has. With Follow it returns once
+// the run's jobs finished and their output was delivered; if the
+// connection breaks meanwhile (a server restart), it reconnects with the
+// client's backoff and skips the lines it already delivered, so each line
+// is delivered once.
 func (c *Client) RunLogs(ctx context.Context, project, run string, opts LogOptions, each func(LogEntry) error) error {
 	delivered := map[string]int64{} // job -> offset of its last delivered line
 	seen := map[string]bool{}
@@ -140,7 +143,8 @@ func (c *Client) RunLogs(ctx context.Context, project, run string, opts LogOptio
 		if opts.Job != "" {
 			q.Set("job", opts.Job)
 			if seen[opts.Job] {
-				q.Set("offset", strconv.FormatInt(delivered[opts.Job]+1, 10))
+				// An entry's offset is where the next one starts.
+				q.Set("offset", strconv.FormatInt(delivered[opts.Job], 10))
 			}
 		}
 		path := projectPath(project, "/runs/"+url.PathEscape(run)+"/logs")

@@ -264,13 +264,28 @@ type JobRequest struct {
 	Memory  Size    `json:"memory"`
 }
 
-// LogEntry is one line of a run's output in the logs stream.
+// LogEntry is one line of a run's output in the logs stream. A line of up
+// to MaxLogLine bytes comes whole; a longer one comes as pieces, each but
+// the last with Partial set (see MaxLogLine). Offset is the byte offset in
+// the job's stored log after this entry: passed as ?offset= (with ?job=)
+// the stream resumes with the next entry, neither repeating nor skipping
+// one.
 type LogEntry struct {
 	Job    string    `json:"job"`
 	Offset int64     `json:"offset"` // pass as ?offset= to resume after this line
 	Time   time.Time `json:"time"`
 	Stream LogStream `json:"stream"`
 	Line   string    `json:"line"`
+	// Partial marks a piece of a line longer than MaxLogLine: the next
+	// entry of the same job and stream continues it, with no newline in
+	// between.
+	Partial bool `json:"partial,omitempty"`
+	// Dropped is set on a marker entry that stands for output the server
+	// does not have: this many bytes of the job's stored log (older output
+	// beyond the job's log limit, or one line larger than the limit).
+	// Line says so in words; Stream is the stream it belongs to, stderr
+	// when unknown.
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // Event is one recorded transition, with its reason.

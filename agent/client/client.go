@@ -7,7 +7,6 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -181,7 +180,8 @@ type LogOptions struct {
 }
 
 // Logs calls emit for each output line; with Follow it returns when the
-// job has ended and all output was read.
+// job has ended and all output was read. A line longer than
+// api.MaxLogLine comes as pieces, all but the last with Partial set.
 func (c *Client) Logs(ctx context.Context, id string, opts LogOptions, emit func(api.JobLogEntry) error) error {
 	q := url.Values{}
 	if opts.Follow {
@@ -199,18 +199,24 @@ func (c *Client) Logs(ctx context.Context, id string, opts LogOptions, emit func
 		return err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
+	// Entries are read whole however long (up to api.MaxLogRecord, an
+	// entry carrying an api.MaxLogLine line), never cut by a buffer.
+	var emitErr error
+	err = api.ReadLines(resp.Body, api.MaxLogRecord, func(line []byte) error {
 		var e api.JobLogEntry
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+		if err := json.Unmarshal(line, &e); err != nil {
 			return fmt.Errorf("agent logs %s: %w", id, err)
 		}
 		if err := emit(e); err != nil {
+			emitErr = err
 			return err
 		}
+		return nil
+	})
+	if emitErr != nil {
+		return emitErr
 	}
-	if err := sc.Err(); err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("agent logs %s: %w", id, err)
 	}
 	return ctx.Err()

@@ -12,6 +12,8 @@ import (
 // logs streams a job's output. Query: follow, since (RFC 3339 or a
 // duration), stdout and stderr (both by default), format=ndjson (default,
 // api.JobLogEntry per line) or text, timestamps (text format only).
+// Lines up to api.MaxLogLine come whole; longer ones as Partial pieces
+// (in text, pieces are written without a newline between them).
 // Every entry is flushed as it is written, so followers see lines live.
 func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 	since, err := parseSince(r.URL.Query().Get("since"), time.Now())
@@ -44,13 +46,17 @@ func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	err = s.a.Logs(r.Context(), id, opts, func(e api.JobLogEntry) error {
 		var err error
+		end := "\n"
+		if e.Partial {
+			end = "" // the next piece of this stream continues the line
+		}
 		switch {
 		case !text:
 			err = enc.Encode(e)
 		case stamps:
-			_, err = w.Write([]byte(e.Time.Format(time.RFC3339Nano) + " " + e.Line + "\n"))
+			_, err = w.Write([]byte(e.Time.Format(time.RFC3339Nano) + " " + e.Line + end))
 		default:
-			_, err = w.Write([]byte(e.Line + "\n"))
+			_, err = w.Write([]byte(e.Line + end))
 		}
 		if flusher != nil {
 			flusher.Flush()
