@@ -60,7 +60,7 @@ func startSSHCluster(t *testing.T, n int, gpus string) *sshCluster {
 func (c *sshCluster) hostOf(t *testing.T, instance string) *testutil.SSHD {
 	t.Helper()
 	for _, h := range c.hosts {
-		if strings.HasSuffix(instance, sanitize(h.IP)) {
+		if strings.HasSuffix(instance, "/"+h.IP) { // sshInstanceID ends with the host
 			return h
 		}
 	}
