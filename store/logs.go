@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,11 +18,21 @@ import (
 // first, a segment at a time.
 const DefaultLogLimit = 50 << 20
 
+// ErrLogTooLarge is returned by Append for a record that the job's log
+// limit cannot hold; nothing is written.
+var ErrLogTooLarge = errors.New("log record larger than the job's log limit")
+
 // Logs keeps job logs off the state file's write path: each job has a
 // directory of append-only segment files named by the byte offset they start
 // at. Appends are not fsynced (logs are not state): they survive a crash of
 // gpud but not of the machine. Offsets are absolute and never reused, so a
 // reader can resume with the offset Read returned.
+//
+// A job's log is a sequence of records, each one Append ending in a
+// newline. A record is never split across segments, so dropping the oldest
+// segments drops whole records and the oldest kept byte always starts one;
+// a record cut short by a crash of gpud inside an Append is removed when
+// the log is next opened, so the next record does not run into it.
 type Logs struct {
 	dir      string
 	limit    int64
@@ -36,6 +47,7 @@ type jobLog struct {
 	starts []int64 // segment start offsets, ascending
 	end    int64   // offset after the last byte
 	f      *os.File
+	full   bool          // the last segment takes no more (a write to it failed)
 	notify chan struct{} // closed and replaced on every append
 }
 
@@ -79,53 +91,95 @@ func (l *Logs) job(id string) (*jobLog, error) {
 		if err != nil {
 			return nil, fmt.Errorf("job %s logs: %w", id, err)
 		}
-		j.end = j.starts[n-1] + fi.Size()
+		size, err := repairTail(j.segPath(j.starts[n-1]), fi.Size())
+		if err != nil {
+			return nil, fmt.Errorf("job %s logs: %w", id, err)
+		}
+		j.end = j.starts[n-1] + size
 	}
 	l.jobs[id] = j
 	return j, nil
+}
+
+// repairTail cuts a last segment of size bytes back to its last newline,
+// removing a record that an interrupted Append left unfinished, and returns
+// the size it keeps.
+func repairTail(path string, size int64) (int64, error) {
+	if size == 0 {
+		return 0, nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	keep := int64(0)
+	for end := size; end > 0; {
+		start := max(end-int64(len(buf)), 0)
+		n, err := f.ReadAt(buf[:end-start], start)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			keep = start + int64(i) + 1
+			break
+		}
+		end = start
+	}
+	if keep == size {
+		return size, nil
+	}
+	if err := f.Truncate(keep); err != nil {
+		return 0, err
+	}
+	return keep, nil
 }
 
 func (j *jobLog) segPath(start int64) string {
 	return filepath.Join(j.dir, fmt.Sprintf("%020d.seg", start))
 }
 
-// Append adds p to the job's log, drops the oldest segments beyond the
-// limit, and wakes followers. It returns the offset after p.
+// Limit is the bytes of log kept per job: the largest record Append takes.
+func (l *Logs) Limit() int64 { return l.limit }
+
+// Append adds the record p (ending in a newline) to the job's log in one
+// segment, drops the oldest segments beyond the limit, and wakes
+// followers. It returns the offset after p. A record larger than the limit
+// is refused with ErrLogTooLarge; one that does not end in a newline with
+// ErrInvalid. A failed write is cut back out of the log.
 func (l *Logs) Append(jobID string, p []byte) (int64, error) {
 	j, err := l.job(jobID)
 	if err != nil {
 		return 0, err
 	}
+	if int64(len(p)) > l.limit {
+		return 0, fmt.Errorf("job %s logs: %w (%d bytes, limit %d)", jobID, ErrLogTooLarge, len(p), l.limit)
+	}
+	if len(p) == 0 || p[len(p)-1] != '\n' {
+		return 0, fmt.Errorf("%w: job %s logs: a record must end in a newline", ErrInvalid, jobID)
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if int64(len(p)) > l.limit { // only the newest limit bytes can be kept
-		j.end += int64(len(p)) - l.limit
-		p = p[int64(len(p))-l.limit:]
-		j.closeFile()
-		j.starts = append(j.starts, j.end) // start a fresh segment at the new offset
-		if err := os.MkdirAll(j.dir, 0o700); err != nil {
-			return 0, fmt.Errorf("job %s logs: %w", jobID, err)
-		}
-		if err := os.WriteFile(j.segPath(j.end), nil, 0o600); err != nil {
-			return 0, fmt.Errorf("job %s logs: %w", jobID, err)
-		}
+	if err := j.ensureSegment(l.segLimit, int64(len(p))); err != nil {
+		return 0, fmt.Errorf("job %s logs: %w", jobID, err)
 	}
-	for len(p) > 0 {
-		if err := j.ensureSegment(l.segLimit); err != nil {
-			return 0, fmt.Errorf("job %s logs: %w", jobID, err)
-		}
+	if _, err := j.f.Write(p); err != nil {
+		// The file may hold part of p: cut it back. If even that fails,
+		// stop appending to it and move on to a fresh segment after what
+		// it holds; a reader then meets an unreadable record (and says so)
+		// instead of one record running into the next.
 		last := j.starts[len(j.starts)-1]
-		room := l.segLimit - (j.end - last)
-		n := int64(len(p))
-		if n > room {
-			n = room
+		if terr := j.f.Truncate(j.end - last); terr != nil {
+			j.closeFile()
+			if fi, serr := os.Stat(j.segPath(last)); serr == nil {
+				j.end = last + fi.Size()
+			}
+			j.full = true
 		}
-		if _, err := j.f.Write(p[:n]); err != nil {
-			return 0, fmt.Errorf("job %s logs: %w", jobID, err)
-		}
-		j.end += n
-		p = p[n:]
+		return 0, fmt.Errorf("job %s logs: %w", jobID, err)
 	}
+	j.end += int64(len(p))
 	for len(j.starts) > 1 && j.end-j.starts[0] > l.limit {
 		if err := os.Remove(j.segPath(j.starts[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return 0, fmt.Errorf("job %s logs: %w", jobID, err)
@@ -138,10 +192,12 @@ func (l *Logs) Append(jobID string, p []byte) (int64, error) {
 }
 
 // ensureSegment opens the last segment for append, or starts a new one when
-// there is none or the last is full.
-func (j *jobLog) ensureSegment(segLimit int64) error {
+// there is none or the last cannot take a record of size bytes without
+// passing segLimit (a record larger than segLimit gets a segment of its
+// own).
+func (j *jobLog) ensureSegment(segLimit, size int64) error {
 	n := len(j.starts)
-	if n > 0 && j.end-j.starts[n-1] < segLimit {
+	if n > 0 && !j.full && (j.end == j.starts[n-1] || j.end-j.starts[n-1]+size <= segLimit) {
 		if j.f != nil {
 			return nil
 		}
@@ -158,6 +214,7 @@ func (j *jobLog) ensureSegment(segLimit int64) error {
 		return err
 	}
 	j.f = f
+	j.full = false
 	j.starts = append(j.starts, j.end)
 	return nil
 }

@@ -3,7 +3,10 @@ package store
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -81,15 +84,87 @@ func TestLogFollowerWakesOnAppend(t *testing.T) {
 	}
 }
 
-func TestOversizedLogWriteKeepsItsTail(t *testing.T) {
+// TestOversizedLogRecordIsRefused: a record the job's limit cannot hold is
+// refused whole (the caller replaces it with a marker), where the store
+// used to keep its tail: a reader then started inside a record and lost
+// it. The log around it is untouched.
+func TestOversizedLogRecordIsRefused(t *testing.T) {
 	s := openAt(t, filepath.Join(t.TempDir(), "state.db"), Options{LogLimit: 1000})
-	big := bytes.Repeat([]byte("abcdefghij"), 500) // 5,000 bytes
-	end, err := s.Logs().Append("j", big)
-	if err != nil || end != 5000 {
+	if _, err := s.Logs().Append("j", []byte("before\n")); err != nil {
+		t.Fatal(err)
+	}
+	big := append(bytes.Repeat([]byte("abcdefghij"), 500), '\n') // 5,001 bytes
+	if _, err := s.Logs().Append("j", big); !errors.Is(err, ErrLogTooLarge) {
+		t.Fatalf("append of %d bytes with a limit of 1000: %v, want ErrLogTooLarge", len(big), err)
+	}
+	if _, err := s.Logs().Append("j", []byte("no newline")); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a record without its newline: %v, want ErrInvalid", err)
+	}
+	end, err := s.Logs().Append("j", []byte("after\n"))
+	if err != nil || end != 13 {
 		t.Fatalf("end = %d, %v", end, err)
 	}
 	d, from, _, _ := s.Logs().Read("j", 0, 1<<20)
-	if from != 4000 || !bytes.Equal(d, big[4000:]) {
-		t.Fatalf("kept [%d..] %d bytes", from, len(d))
+	if from != 0 || string(d) != "before\nafter\n" {
+		t.Fatalf("kept [%d..] %q", from, d)
+	}
+}
+
+// TestLogRetentionDropsWholeRecords: records of every size, many larger
+// than a segment, are appended to a small log; after each append the
+// oldest kept byte starts a record, so a reader never begins inside one.
+func TestLogRetentionDropsWholeRecords(t *testing.T) {
+	s := openAt(t, filepath.Join(t.TempDir(), "state.db"), Options{LogLimit: 4 << 10}) // 512-byte segments
+	logs := s.Logs()
+	rng := rand.New(rand.NewPCG(1, 2))
+	starts := map[int64]bool{0: true}
+	var end int64
+	for i := range 400 {
+		rec := append(bytes.Repeat([]byte{'a' + byte(i%26)}, rng.IntN(2000)), '\n')
+		var err error
+		if end, err = logs.Append("j", rec); err != nil {
+			t.Fatal(err)
+		}
+		starts[end] = true
+		d, from, next, err := logs.Read("j", 0, 8<<10)
+		if err != nil || next != end {
+			t.Fatalf("read: [%d,%d) %v, want to end at %d", from, next, err, end)
+		}
+		if !starts[from] || end-from > 4<<10 || d[len(d)-1] != '\n' {
+			t.Fatalf("after record %d the log keeps [%d,%d): not from a record's start, or over the limit", i, from, end)
+		}
+	}
+}
+
+// TestTornLogRecordIsCutOnReopen: gpud killed inside an Append leaves part
+// of a record at the end of the last segment; the next open cuts it off,
+// so the next record starts on its own line instead of running into it.
+func TestTornLogRecordIsCutOnReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := openAt(t, filepath.Join(dir, "state.db"), Options{})
+	if _, err := s.Logs().Append("j", []byte("one\ntwo\n")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	segs, err := filepath.Glob(filepath.Join(dir, "logs", "j", "*.seg"))
+	if err != nil || len(segs) != 1 {
+		t.Fatalf("segments of job j: %v %v", segs, err)
+	}
+	f, err := os.OpenFile(segs[0], os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(`{"t":"2026-01-01T00:00:00Z","l":"cut sh`); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s = openAt(t, filepath.Join(dir, "state.db"), Options{})
+	end, err := s.Logs().Append("j", []byte("three\n"))
+	if err != nil || end != 14 {
+		t.Fatalf("append after reopen: end %d, %v; want 14", end, err)
+	}
+	d, _, _, _ := s.Logs().Read("j", 0, 1<<20)
+	if string(d) != "one\ntwo\nthree\n" {
+		t.Fatalf("log after a torn record = %q", d)
 	}
 }
