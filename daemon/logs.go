@@ -1,10 +1,11 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -15,30 +16,41 @@ import (
 	"gpud.dev/gpud/store"
 )
 
-// storedLine is one log line as kept in the store's log files (NDJSON).
+// storedLine is one log entry as kept in the store's log files: one JSON
+// object per record (NDJSON), in the order the agent sent them. The first
+// field is the time, so logPosition can read it without decoding the line.
 type storedLine struct {
 	T time.Time     `json:"t"`
 	S api.LogStream `json:"s"`
 	L string        `json:"l"`
+	// P marks a piece of a line longer than api.MaxLogLine (LogEntry.Partial).
+	P bool `json:"p,omitempty"`
+	// D marks a stand-in for output not kept: that many bytes (LogEntry.Dropped).
+	D int64 `json:"d,omitempty"`
 }
 
+// resumeSlack is how far before the last kept entry a follower resuming
+// after a broken agent stream asks the agent to start again. An agent's
+// entries are nearly but not strictly in time order (stdout and stderr are
+// stamped by two writers); asking from this much earlier makes an entry
+// stamped a little before the last kept one arrive again instead of being
+// filtered out by the agent, and counting the kept entries in that window
+// skips exactly the ones already kept.
+const resumeSlack = time.Minute
+
 // followLogs copies a job's output from its agent into the store's logs
-// until the job ends. After a server restart it resumes after the last
-// line it kept, so lines are neither lost nor doubled.
+// until the job ends, one record per agent entry (a line, a piece of a
+// longer one, or a marker for a line the store cannot hold). After a
+// broken stream or a server restart it resumes where the kept log ends, so
+// entries are neither lost nor doubled.
 func (s *Server) followLogs(ctx context.Context, id string, link *agentLink) {
-	since := s.lastLogTime(id)
 	follow := true
 	for ctx.Err() == nil {
-		err := link.client.Logs(ctx, id, agentclient.LogOptions{Follow: follow, Since: since}, func(e api.JobLogEntry) error {
-			if !e.Time.After(since) && !since.IsZero() {
-				return nil
-			}
-			since = e.Time
-			b, _ := json.Marshal(storedLine{T: e.Time, S: e.Stream, L: e.Line})
-			_, err := s.store.Logs().Append(id, append(b, '\n'))
-			return err
-		})
+		err := s.copyLogs(ctx, id, link, follow)
 		if err == nil || agentclient.IsNotFound(err) || !follow {
+			if err != nil && !agentclient.IsNotFound(err) && ctx.Err() == nil {
+				s.log.Warn().Err(err).Str("job", id).Msg("copy of the job's last output failed")
+			}
 			return
 		}
 		if j, gerr := s.store.Jobs().Get(id); gerr != nil || finishedJob(j.Status) {
@@ -55,25 +67,113 @@ func (s *Server) followLogs(ctx context.Context, id string, link *agentLink) {
 	}
 }
 
-// lastLogTime reads the time of the last line kept for the job.
-func (s *Server) lastLogTime(id string) time.Time {
-	var last time.Time
-	off := int64(0)
-	for {
-		data, _, next, err := s.store.Logs().Read(id, off, 1<<20)
-		if err != nil || len(data) == 0 {
-			return last
-		}
-		lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
-		var l storedLine
-		if json.Unmarshal(lines[len(lines)-1], &l) == nil {
-			last = l.T
-		}
-		off = next
+// copyLogs makes one pass of followLogs: it asks the agent for the job's
+// entries from where the kept log ends (logResume) and keeps the new ones.
+func (s *Server) copyLogs(ctx context.Context, id string, link *agentLink, follow bool) error {
+	since, keep, err := s.logResume(id)
+	if err != nil {
+		return err
 	}
+	return link.client.Logs(ctx, id, agentclient.LogOptions{Follow: follow, Since: since}, keep)
 }
 
-// handleLogs streams a run's logs as NDJSON (see api/server.go).
+// logResume says how to continue the job's kept log from its agent: ask
+// for the entries from since, and pass each to keep, which skips as many
+// as the store already holds from that time on (the agent sends the same
+// entries in the same order again) and appends the rest.
+func (s *Server) logResume(id string) (since time.Time, keep func(api.JobLogEntry) error, err error) {
+	since, kept, err := s.logPosition(id)
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	return since, func(e api.JobLogEntry) error {
+		if !since.IsZero() && e.Time.Before(since) {
+			return nil // an agent that filters more loosely than asked
+		}
+		if kept > 0 {
+			kept--
+			return nil
+		}
+		return s.keepLogEntry(id, e)
+	}, nil
+}
+
+// keepLogEntry appends one agent entry to the job's stored log. An entry
+// larger than the job's log limit is replaced by a marker record saying
+// how much was not kept, so it never silently vanishes.
+func (s *Server) keepLogEntry(id string, e api.JobLogEntry) error {
+	b, err := json.Marshal(storedLine{T: e.Time, S: e.Stream, L: e.Line, P: e.Partial})
+	if err != nil {
+		return fmt.Errorf("job %s: encode a log line: %w", id, err)
+	}
+	_, err = s.store.Logs().Append(id, append(b, '\n'))
+	if !errors.Is(err, store.ErrLogTooLarge) {
+		return err
+	}
+	marker := storedLine{T: e.Time, S: e.Stream, P: e.Partial, D: int64(len(b)) + 1,
+		L: fmt.Sprintf("[gpud: a line of %d bytes is not kept: it is larger than the job's log limit of %d bytes]", len(e.Line), s.store.Logs().Limit())}
+	if b, err = json.Marshal(marker); err != nil {
+		return fmt.Errorf("job %s: encode a log marker: %w", id, err)
+	}
+	_, err = s.store.Logs().Append(id, append(b, '\n'))
+	return err
+}
+
+// logPosition reads the job's kept log and says where a follower resumes:
+// the time to ask the agent from (resumeSlack before the last kept entry,
+// but not before the oldest kept one, whose predecessors the log limit may
+// have dropped) and how many kept entries have that time or later.
+func (s *Server) logPosition(id string) (since time.Time, kept int, err error) {
+	var times []int64 // UnixNano of every kept entry, in order
+	c := newLogCursor(s.store.Logs(), id, 0)
+	for {
+		rec, ok, err := c.next()
+		if err != nil {
+			return time.Time{}, 0, err
+		}
+		if !ok {
+			break
+		}
+		if rec.gap {
+			continue
+		}
+		t, err := recordTime(rec.data)
+		if err != nil {
+			continue // an unreadable record was not an agent entry
+		}
+		times = append(times, t.UnixNano())
+	}
+	if len(times) == 0 {
+		return time.Time{}, 0, nil
+	}
+	from := max(times[len(times)-1]-int64(resumeSlack), times[0])
+	for _, t := range times {
+		if t >= from {
+			kept++
+		}
+	}
+	return time.Unix(0, from).UTC(), kept, nil
+}
+
+// recordTime reads the time of a stored record, from its leading field
+// when the record has the layout json.Marshal gives storedLine.
+func recordTime(rec []byte) (time.Time, error) {
+	const prefix = `{"t":"`
+	if bytes.HasPrefix(rec, []byte(prefix)) {
+		if end := bytes.IndexByte(rec[len(prefix):], '"'); end >= 0 {
+			if t, err := time.Parse(time.RFC3339Nano, string(rec[len(prefix):len(prefix)+end])); err == nil {
+				return t, nil
+			}
+		}
+	}
+	var l storedLine
+	err := json.Unmarshal(rec, &l)
+	return l.T, err
+}
+
+// handleLogs streams a run's logs as NDJSON (see api/server.go): one
+// api.LogEntry per stored record, each emitted only once the record is
+// whole, with Offset the byte offset after it.
 func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) error {
 	run, err := s.authorizedRun(r)
 	if err != nil {
@@ -87,82 +187,136 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) error {
 			return badField("offset", "%q: want a byte offset from a previous LogEntry", v)
 		}
 	}
+	ids, err := s.logJobs(run, q.Get("job"))
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	out := &logWriter{w: w, enc: json.NewEncoder(w)}
+	out.flusher, _ = w.(http.Flusher)
+	// With several jobs, each is streamed in turn (node 0 first); a client
+	// wanting one job passes ?job=.
+	for _, id := range ids {
+		if err := s.streamJobLogs(r.Context(), out, id, offset, follow); err != nil {
+			s.log.Debug().Err(err).Str("job", id).Msg("log stream ended")
+			return nil // the status line is sent: the client sees the stream end
+		}
+	}
+	return nil
+}
+
+// logJobs returns the ids of the run's jobs whose logs a request reads:
+// the one named by job (an id or a name), or those of the run's current
+// attempt, in id order.
+func (s *Server) logJobs(run store.Record, job string) ([]string, error) {
 	jobs := s.store.Jobs().ByRun(run.ID)
 	sort.Slice(jobs, func(i, j int) bool { return jobs[i].ID < jobs[j].ID })
-	st, _ := decodeSpec[runState](run)
+	st, err := decodeSpec[runState](run)
+	if err != nil {
+		return nil, err
+	}
 	var ids []string
 	for _, j := range jobs {
-		js, _ := decodeSpec[jobState](j)
-		if want := q.Get("job"); want != "" && want != j.ID && want != j.Name {
+		if job != "" && job != j.ID && job != j.Name {
 			continue
 		}
-		if js.Attempt == st.Attempt || q.Get("job") != "" {
+		js, err := decodeSpec[jobState](j)
+		if err != nil {
+			return nil, err
+		}
+		if js.Attempt == st.Attempt || job != "" {
 			ids = append(ids, j.ID)
 		}
 	}
 	if len(ids) == 0 {
-		return notFound("job", q.Get("job"))
+		return nil, notFound("job", job)
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	enc := json.NewEncoder(w)
+	return ids, nil
+}
+
+// streamJobLogs writes one job's entries from offset; with follow it waits
+// for more until the job is final and its output copied.
+func (s *Server) streamJobLogs(ctx context.Context, out *logWriter, id string, offset int64, follow bool) error {
 	var sub *store.Subscription
 	defer func() {
 		if sub != nil {
 			sub.Close()
 		}
 	}()
-	// With several jobs, each is streamed in turn (node 0 first); a client
-	// wanting one job passes ?job=.
-	for _, id := range ids {
-		off := offset
-		for {
-			data, _, next, err := s.store.Logs().Read(id, off, 256<<10)
-			if err != nil {
-				return nil
-			}
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-			pos := off
-			for sc.Scan() {
-				pos += int64(len(sc.Bytes())) + 1
-				var l storedLine
-				if json.Unmarshal(sc.Bytes(), &l) != nil {
-					continue
-				}
-				if enc.Encode(api.LogEntry{Job: id, Offset: pos, Time: l.T, Stream: l.S, Line: l.L}) != nil {
-					return nil
-				}
-			}
-			if flusher != nil {
-				flusher.Flush()
-			}
-			off = next
-			if len(data) > 0 {
-				continue
-			}
-			if !follow {
-				break
-			}
-			// Take the wake-ups before looking, so an end in between wakes us.
-			if sub == nil {
-				sub = s.store.Subscribe(id, store.KindJob)
-			}
-			released := s.working.releases()
-			if s.jobLogsComplete(id) {
-				break
-			}
-			if !s.waitLogs(r.Context(), id, off, sub, released) || r.Context().Err() != nil {
-				return nil
-			}
+	c := newLogCursor(s.store.Logs(), id, offset)
+	final := false // the job is done: read to the end once more, then stop
+	for {
+		rec, ok, err := c.next()
+		if err != nil {
+			return err
 		}
-		if sub != nil {
-			sub.Close()
-			sub = nil
+		if ok {
+			e := entryOf(id, rec)
+			if rec.gap {
+				e = droppedEntry(id, rec.end, rec.dropped, s.store.Logs().Limit())
+			}
+			if err := out.write(e); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := out.flush(); err != nil {
+			return err
+		}
+		if !follow || final {
+			return nil
+		}
+		// Take the wake-ups before looking, so an end in between wakes us.
+		if sub == nil {
+			sub = s.store.Subscribe(id, store.KindJob)
+		}
+		released := s.working.releases()
+		if s.jobLogsComplete(id) {
+			// Output copied just before the copy finished may have landed
+			// after the read above.
+			final = true
+			continue
+		}
+		if !s.waitLogs(ctx, id, c.waitOffset(), sub, released) || ctx.Err() != nil {
+			return errors.New("the client left or the server is stopping")
 		}
 	}
-	return nil
+}
+
+// entryOf turns a stored record into the entry the API sends; a record
+// that does not decode becomes a marker saying so rather than vanishing.
+func entryOf(id string, rec logRecord) api.LogEntry {
+	var l storedLine
+	if err := json.Unmarshal(rec.data, &l); err != nil {
+		n := int64(len(rec.data)) + 1
+		return api.LogEntry{Job: id, Offset: rec.end, Stream: api.LogStderr, Dropped: n,
+			Line: fmt.Sprintf("[gpud: a stored log record of %d bytes is unreadable: %v]", n, err)}
+	}
+	return api.LogEntry{Job: id, Offset: rec.end, Time: l.T, Stream: l.S, Line: l.L, Partial: l.P, Dropped: l.D}
+}
+
+// droppedEntry is the marker for older output the log limit removed
+// before it was read: n bytes ending at offset at.
+func droppedEntry(id string, at, n, limit int64) api.LogEntry {
+	return api.LogEntry{Job: id, Offset: at, Stream: api.LogStderr, Dropped: n,
+		Line: fmt.Sprintf("[gpud: %d bytes of older output are gone: the server keeps the last %d bytes of each job's log]", n, limit)}
+}
+
+// logWriter writes entries to a logs response and flushes them.
+type logWriter struct {
+	w       http.ResponseWriter
+	enc     *json.Encoder
+	flusher http.Flusher
+}
+
+func (o *logWriter) write(e api.LogEntry) error { return o.enc.Encode(e) }
+
+func (o *logWriter) flush() error {
+	if o.flusher == nil {
+		return nil
+	}
+	return http.NewResponseController(o.w).Flush()
 }
 
 // waitLogs waits until the job has output past off, its record changes
@@ -183,6 +337,8 @@ func (s *Server) waitLogs(ctx context.Context, id string, off int64, sub *store.
 		}
 		cancel()
 	}()
+	// Wait ends with an error when wctx ends, which is one of the ways a
+	// wait is meant to end; the caller looks at the log again either way.
 	_ = s.store.Logs().Wait(wctx, id, off)
 	cancel()
 	// The next look happens after the waker has stopped taking changes, so

@@ -52,6 +52,10 @@ type Options struct {
 	// (default 10s); it is a safety net, as new lines, the job's end and its
 	// log copier's end wake the stream at once.
 	LogWaitTimeout time.Duration
+	// LogLimit bounds the bytes of log kept per job (default
+	// store.DefaultLogLimit, 50 MiB): older output goes first, and the logs
+	// API says how much with a marker entry.
+	LogLimit int64
 	// RotateAdminToken makes the admin a fresh token at start (the
 	// embedded default does, as it keeps no token on disk).
 	RotateAdminToken bool
@@ -140,7 +144,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.StateKey == "" {
 		opts.StateKey = os.Getenv(StateKeyEnv)
 	}
-	st, err := store.Open(filepath.Join(opts.DataDir, "state.db"), store.Options{Logger: opts.Logger, KeyEnv: opts.StateKey})
+	st, err := store.Open(filepath.Join(opts.DataDir, "state.db"), store.Options{Logger: opts.Logger, KeyEnv: opts.StateKey, LogLimit: opts.LogLimit})
 	if err != nil {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
