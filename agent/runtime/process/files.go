@@ -2,6 +2,7 @@ package process
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,7 +11,9 @@ import (
 	"gpud.dev/gpud/agent/runtime"
 )
 
-// launch is what the agent asks the shim to run.
+// launch is what the agent asks the shim to run. It holds the job's
+// resolved environment and commands, so it only ever travels over the
+// shim's standard input, never into a file.
 type launch struct {
 	JobID   string   `json:"job_id"`
 	RunName string   `json:"run_name"`
@@ -18,11 +21,46 @@ type launch struct {
 	Argv    []string `json:"argv"`
 	Env     []string `json:"env"`
 	Dir     string   `json:"dir,omitempty"`
-	UID     *uint32  `json:"uid,omitempty"`
-	GID     *uint32  `json:"gid,omitempty"`
+	// WorkDir is the job's fresh working directory; the shim deletes it
+	// when the job has ended.
+	WorkDir string  `json:"work_dir,omitempty"`
+	UID     *uint32 `json:"uid,omitempty"`
+	GID     *uint32 `json:"gid,omitempty"`
 	// Memory and CPUs are enforced through a cgroup; 0 means none.
 	Memory int64   `json:"memory,omitempty"`
 	CPUs   float64 `json:"cpus,omitempty"`
+}
+
+// meta is what the job directory keeps about the job, so a restarted
+// agent can adopt and clean it up: no commands, no environment.
+type meta struct {
+	JobID   string `json:"job_id"`
+	RunName string `json:"run_name"`
+	WorkDir string `json:"work_dir,omitempty"`
+}
+
+// readMeta reads dir's job.json. A job started by an agent before job.json
+// existed has only launch.json, which held its environment in plaintext:
+// its id, run name and working directory are carried over into job.json and
+// launch.json is deleted (its shim read it long ago).
+func readMeta(dir string) (meta, error) {
+	var m meta
+	err := readJSON(filepath.Join(dir, fileMeta), &m)
+	if !errors.Is(err, os.ErrNotExist) {
+		return m, err
+	}
+	var l launch
+	if err := readJSON(filepath.Join(dir, fileLegacy), &l); err != nil {
+		return meta{}, err
+	}
+	m = meta{JobID: l.JobID, RunName: l.RunName, WorkDir: l.WorkDir}
+	if err := writeJSON(filepath.Join(dir, fileMeta), m); err != nil {
+		return meta{}, err
+	}
+	if err := os.Remove(filepath.Join(dir, fileLegacy)); err != nil {
+		return meta{}, err
+	}
+	return m, nil
 }
 
 // child is the job's main process, as the shim started it.

@@ -111,8 +111,8 @@ func (r *Runtime) Adopt(ctx context.Context) ([]runtime.Found, error) {
 	var found []runtime.Found
 	for _, e := range entries {
 		dir := filepath.Join(r.cfg.DataDir, e.Name())
-		var l launch
-		if err := readJSON(filepath.Join(dir, fileLaunch), &l); err != nil {
+		l, err := readMeta(dir)
+		if err != nil {
 			continue
 		}
 		c, err := readChild(dir)
@@ -133,8 +133,8 @@ func (r *Runtime) Adopt(ctx context.Context) ([]runtime.Found, error) {
 	return found, nil
 }
 
-// Remove deletes the job's directory (its logs included); the job must
-// have ended.
+// Remove deletes the job's directory (its logs included) and what is left
+// of its working directory; the job must have ended.
 func (r *Runtime) Remove(ctx context.Context, h runtime.Handle) error {
 	dir := r.jobDir(h.JobID)
 	if c, err := readChild(dir); err == nil {
@@ -143,6 +143,11 @@ func (r *Runtime) Remove(ctx context.Context, h runtime.Handle) error {
 		}
 	}
 	r.forget(h.JobID)
+	if m, err := readMeta(dir); err == nil {
+		if err := removeWorkDir(r.cfg.WorkRoot, m.WorkDir); err != nil {
+			return fmt.Errorf("job %s: %w", h.JobID, err)
+		}
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("job %s: %w", h.JobID, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -22,9 +23,10 @@ import (
 // job started (a child record) and then closes.
 const handshakeFD = 3
 
-// RunShim is the shim's main: it runs the job described in dir/launch.json,
-// writes its output to dir/output.log and its exit to dir/exit.json, and
-// returns the shim's own exit code. `gpud agent shim DIR` calls it; it is
+// RunShim is the shim's main: it runs the job described by the launch the
+// agent writes to its standard input, writes its output to dir/output.log
+// and its exit to dir/exit.json, deletes the job's working directory once
+// the job has ended, and returns the shim's own exit code. `gpud agent shim DIR` calls it; it is
 // exported so test binaries can act as the shim too.
 func RunShim(dir string) int {
 	// Signals for the job reach its process group directly; the shim must
@@ -36,8 +38,11 @@ func RunShim(dir string) int {
 		for range sigs {
 		}
 	}()
+	// The job must not inherit the handshake pipe (exec keeps descriptors
+	// not marked close-on-exec).
+	unix.CloseOnExec(handshakeFD)
 	handshake := os.NewFile(handshakeFD, "handshake")
-	exit, err := supervise(dir, handshake)
+	exit, err := supervise(dir, os.Stdin, handshake)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpud shim %s: %v\n", dir, err)
 		if handshake != nil {
@@ -53,12 +58,20 @@ func RunShim(dir string) int {
 	return 0
 }
 
-// supervise starts the job, reports it on the handshake, copies its output
-// and waits for it.
-func supervise(dir string, handshake *os.File) (runtime.Exit, error) {
+// supervise reads the launch from in, starts the job, reports it on the
+// handshake, copies its output and waits for it.
+func supervise(dir string, in io.Reader, handshake *os.File) (runtime.Exit, error) {
 	var l launch
-	if err := readJSON(filepath.Join(dir, fileLaunch), &l); err != nil {
-		return runtime.Exit{}, err
+	if err := json.NewDecoder(in).Decode(&l); err != nil {
+		return runtime.Exit{}, fmt.Errorf("read the launch from standard input: %w", err)
+	}
+	if l.WorkDir != "" {
+		// The job's files go with it, whatever happens to the shim's run.
+		defer func() {
+			if err := os.RemoveAll(l.WorkDir); err != nil {
+				fmt.Fprintf(os.Stderr, "gpud shim %s: remove working directory: %v\n", dir, err)
+			}
+		}()
 	}
 	out, err := os.OpenFile(filepath.Join(dir, fileOutput), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
