@@ -45,7 +45,8 @@ type Config struct {
 }
 
 // Agent manages the jobs of one host: it starts them through the runtime,
-// records every transition in the state file before reporting it, watches
+// records every transition in the state file before reporting it (never
+// a job's environment, commands or credentials: state.Redact), watches
 // each running job for its exit (blocking on the runtime, never polling),
 // and re-adopts jobs at start. All methods are safe for concurrent use.
 type Agent struct {
@@ -200,6 +201,9 @@ func (a *Agent) finish(j *job, exit runtime.Exit, reason api.ExitReason, msg str
 	st.FinishedAt = exit.FinishedAt.UTC()
 	st.EndedWhileAgentDown = whileDown
 	st.Reason, st.State = classify(exit, reason, j.rec.StopRequested)
+	// The job's resolved environment and commands (secrets) leave the
+	// agent's memory with it; what is left is what the state file holds.
+	j.rec.Spec = state.Redact(j.rec.Spec)
 	rec := j.rec
 	close(j.done)
 	a.mu.Unlock()

@@ -22,7 +22,8 @@ func (a *Agent) Get(id string) (api.JobStatus, error) {
 	return a.status(j), nil
 }
 
-// Spec returns the spec the job was started with, without credentials.
+// Spec returns what the agent keeps of the job's spec: state.Redact's
+// fields, without environment, commands or credentials.
 func (a *Agent) Spec(id string) (api.JobSpec, error) {
 	j, err := a.get(id)
 	if err != nil {
@@ -30,9 +31,7 @@ func (a *Agent) Spec(id string) (api.JobSpec, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := j.rec.Spec
-	s.RegistryAuth = nil
-	return s, nil
+	return state.Redact(j.rec.Spec), nil
 }
 
 // List returns every job's status, oldest first.

@@ -26,12 +26,59 @@ const (
 	RuntimeProcess = "process"
 )
 
+// DefaultProcessUser is the user the process runtime runs jobs as when the
+// agent is root and no other is named (`gpud agent --process-user`).
+const DefaultProcessUser = "nobody"
+
 // RuntimeOptions chooses and configures the job runtime.
 type RuntimeOptions struct {
 	Kind    string // auto (default), docker or process
 	DataDir string
 	AgentID string
-	Logger  zerolog.Logger
+	// ProcessUser is whom the process runtime runs jobs as (see
+	// process.Config.RunAs; ProcessRunAs chooses it); "" runs them as the
+	// agent's own user.
+	ProcessUser string
+	// ProcessWorkRoot holds the jobs' working directories (default: see
+	// process.Config.WorkRoot).
+	ProcessWorkRoot string
+	// ShimCommand starts the process runtime's shim (default: this
+	// executable with "agent shim").
+	ShimCommand []string
+	Logger      zerolog.Logger
+}
+
+// ProcessRunAs decides whom the process runtime runs jobs as when it runs
+// them on behalf of a server (gpud serve's local fleet, or a registered or
+// SSH host): user code never gets the agent's privileges. A root agent
+// runs them as user (DefaultProcessUser when ""), which must not be root.
+// An agent that is not root cannot switch users: it returns "" (jobs run
+// as the agent's own user, in their own working directory) when
+// ownUserAllowed, else an error that names the choices.
+func ProcessRunAs(user string, ownUserAllowed bool) (string, error) {
+	return processRunAs(user, ownUserAllowed, os.Geteuid())
+}
+
+func processRunAs(user string, ownUserAllowed bool, euid int) (string, error) {
+	if user == "" {
+		user = DefaultProcessUser
+	}
+	if euid != 0 {
+		if ownUserAllowed {
+			return "", nil
+		}
+		return "", fmt.Errorf("the process runtime runs jobs as user %q so that they cannot read this server's data, which needs root, and this server runs as uid %d. "+
+			"Choose one: start the server as root; or run jobs in containers (Docker, --runtime docker); "+
+			"or accept that jobs run as this server's user and can read its state key and data dir (--process-as-server-user)", user, euid)
+	}
+	c, err := process.LookupUID(user)
+	if err != nil {
+		return "", fmt.Errorf("--process-user %q: %w", user, err)
+	}
+	if c == 0 {
+		return "", fmt.Errorf("--process-user %q is root: jobs must run as an unprivileged user", user)
+	}
+	return user, nil
 }
 
 // OpenRuntime opens the runtime of the given kind. Auto uses Docker when
@@ -56,12 +103,13 @@ func OpenRuntime(ctx context.Context, o RuntimeOptions) (runtime.Runtime, api.Do
 			return nil, info, err
 		}
 		info.Error = err.Error()
-		o.Logger.Warn().Err(err).Msg("Docker is not reachable: falling back to the process runtime (commands run directly on the host, no image)")
+		o.Logger.Warn().Err(err).Str("process_user", o.ProcessUser).Msg("Docker is not reachable: falling back to the process runtime (commands run directly on the host, no image)")
 	}
 	if kind != RuntimeAuto && kind != RuntimeProcess {
 		return nil, info, fmt.Errorf("runtime %q: use docker, process or auto", kind)
 	}
-	p, err := process.New(process.Config{DataDir: filepath.Join(o.DataDir, "jobs"), AgentID: o.AgentID})
+	p, err := process.New(process.Config{DataDir: filepath.Join(o.DataDir, "jobs"), AgentID: o.AgentID,
+		ShimCommand: o.ShimCommand, RunAs: o.ProcessUser, WorkRoot: o.ProcessWorkRoot})
 	if err != nil {
 		return nil, info, err
 	}

@@ -64,3 +64,23 @@ func TestTokenIsCreatedOnceWithMode0600(t *testing.T) {
 		t.Fatalf("token file mode = %v, %v", fi.Mode(), err)
 	}
 }
+
+// A server that is not root cannot run jobs as another user: it refuses
+// the process runtime with the choices unless the admin accepted that jobs
+// run as its own user; a root one never runs them as root.
+func TestProcessRunAsNeverGivesJobsTheServersPrivileges(t *testing.T) {
+	if _, err := processRunAs("", false, 1000); err == nil || !strings.Contains(err.Error(), "--process-as-server-user") || !strings.Contains(err.Error(), "--runtime docker") {
+		t.Fatalf("non-root server without the opt-out: %v, want a refusal naming the choices", err)
+	}
+	if u, err := processRunAs("", true, 1000); err != nil || u != "" {
+		t.Fatalf("non-root with the opt-out: %q, %v; want the own user", u, err)
+	}
+	if u, err := processRunAs("", false, 0); err != nil || u != DefaultProcessUser {
+		t.Fatalf("root: %q, %v; want %s", u, err, DefaultProcessUser)
+	}
+	for _, root := range []string{"root", "0", "0:0"} {
+		if _, err := processRunAs(root, false, 0); err == nil {
+			t.Fatalf("--process-user %s accepted", root)
+		}
+	}
+}

@@ -1,9 +1,14 @@
 // Package state is the agent's own small durable record: one bbolt file
-// with a record per job (its spec, status and runtime handle), so a
-// restarted agent knows which jobs it ran and can re-adopt them.
+// with a record per job (what of its spec adoption needs, its status and
+// runtime handle), so a restarted agent knows which jobs it ran and can
+// re-adopt them, stop them with their grace and sample their GPUs.
 //
 // state must not import daemon, store, sched, plugins, proxy, nor the agent
-// package itself. Registry credentials are never written.
+// package itself. Nothing that may hold a secret is written: not the
+// environment (resolved secrets), not the commands (they may interpolate
+// secrets), not registry credentials; see Redact. A job is never restarted
+// from this file (the server dispatches a retry afresh), so nothing more is
+// needed.
 package state
 
 import (
@@ -25,10 +30,11 @@ const schemaVersion = 1
 
 // Record is everything the agent keeps about one job.
 type Record struct {
-	Version int            `json:"v"`
-	Spec    api.JobSpec    `json:"spec"`
-	Status  api.JobStatus  `json:"status"`
-	Handle  runtime.Handle `json:"handle"`
+	Version int `json:"v"`
+	// Spec is the job's spec; Put writes only Redact(Spec).
+	Spec   api.JobSpec    `json:"spec"`
+	Status api.JobStatus  `json:"status"`
+	Handle runtime.Handle `json:"handle"`
 	// StopRequested survives a restart so the exit is still reported as
 	// a stop, not a failure.
 	StopRequested bool `json:"stop_requested,omitempty"`
@@ -62,11 +68,22 @@ func Open(path string) (*DB, error) {
 // Close closes the file.
 func (d *DB) Close() error { return d.db.Close() }
 
-// Put writes rec durably (fsync before it returns), without the spec's
-// registry credentials.
+// Redact keeps of spec what adoption, stop and metrics read after an agent
+// restart (id, run, image, GPUs, ports, stop grace, gang, labels) and drops
+// everything else, so a field added later that carries a secret is not
+// written by default.
+func Redact(spec api.JobSpec) api.JobSpec {
+	return api.JobSpec{
+		ID: spec.ID, RunName: spec.RunName, Image: spec.Image, GPUs: spec.GPUs, Ports: spec.Ports,
+		HostNetwork: spec.HostNetwork, StopDuration: spec.StopDuration, Cluster: spec.Cluster, Labels: spec.Labels,
+	}
+}
+
+// Put writes rec durably (fsync before it returns), its spec redacted
+// (Redact): no environment, commands or credentials reach the disk.
 func (d *DB) Put(rec Record) error {
 	rec.Version = schemaVersion
-	rec.Spec.RegistryAuth = nil
+	rec.Spec = Redact(rec.Spec)
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("agent state: %w", err)
