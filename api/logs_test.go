@@ -2,9 +2,15 @@ package api
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 )
@@ -98,4 +104,73 @@ func FuzzReadLines(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRunLogsResumesAJobAtTheLastEntrysOffset: following one job, a
+// broken stream is resumed with ?offset= equal to the last delivered
+// entry's offset, which is where the next entry starts. The client used
+// to send offset+1, inside the next record, and that line was lost. The
+// fake server serves a log of 4-byte records ("l0\n"...) honestly from
+// whatever offset it is given, and a 3 MB line that the old 4 MiB-bounded
+// reader would also have had to hold.
+func TestRunLogsResumesAJobAtTheLastEntrysOffset(t *testing.T) {
+	lines := []string{"l0", "l1", strings.Repeat("z", 3_000_000), "l3", "l4"}
+	var offsets []int64 // offset after each line
+	var end int64
+	for _, l := range lines {
+		end += int64(len(l)) + 1
+		offsets = append(offsets, end)
+	}
+	var asked []string
+	var conns atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := conns.Add(1)
+		asked = append(asked, r.URL.Query().Get("offset"))
+		from := int64(0)
+		if v := r.URL.Query().Get("offset"); v != "" {
+			from, _ = strconv.ParseInt(v, 10, 64)
+		}
+		enc := json.NewEncoder(w)
+		sent := 0
+		for i, l := range lines {
+			start := offsets[i] - int64(len(l)) - 1
+			if start < from {
+				continue // a record that starts before the offset is not sent
+			}
+			if err := enc.Encode(LogEntry{Job: "j0", Offset: offsets[i], Stream: LogStdout, Line: l}); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			if sent++; n == 1 && sent == 3 {
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					conn.Close()
+				}
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	var got []string
+	err := fastClient(t, srv.URL, "").RunLogs(context.Background(), "main", "r", LogOptions{Follow: true, Job: "j0"}, func(e LogEntry) error {
+		got = append(got, e.Line)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != strings.Join(lines, ",") {
+		t.Fatalf("got %d lines %v, want all %d", len(got), sizesOf(got), len(lines))
+	}
+	if len(asked) != 2 || asked[1] != strconv.FormatInt(offsets[2], 10) {
+		t.Fatalf("offsets asked for: %q, want the second connection at %d", asked, offsets[2])
+	}
+}
+
+func sizesOf(lines []string) []int {
+	out := make([]int, len(lines))
+	for i, l := range lines {
+		out[i] = len(l)
+	}
+	return out
 }
