@@ -38,6 +38,8 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "token-file", Usage: "read the token (see --token) from this file (keep it mode 0600)", EnvVars: []string{"GPUD_AGENT_TOKEN_FILE"}},
 			&cli.StringFlag{Name: "hostname", Usage: "with --server: the name to register this host under (default: the hostname)", EnvVars: []string{"GPUD_AGENT_HOSTNAME"}},
 			&cli.StringFlag{Name: "runtime", Value: agent.RuntimeAuto, Usage: "docker, process, or auto (docker when reachable, else process)"},
+			&cli.StringFlag{Name: "process-user", Value: agent.DefaultProcessUser, Usage: "process runtime on a root agent: the unprivileged user jobs run as (an agent that is not root runs them as itself)", EnvVars: []string{"GPUD_AGENT_PROCESS_USER"}},
+			&cli.StringFlag{Name: "process-work-dir", Usage: "process runtime: where each job gets a fresh working directory (default /var/tmp/gpud-work-<hash>)"},
 			&cli.StringFlag{Name: "server", Usage: "register with the server at this https:// URL instead of listening (the token, from GPUD_AGENT_TOKEN or --token-file, is then the fleet's registration token); see docs/fleets.md", EnvVars: []string{"GPUD_SERVER"}},
 			&cli.StringFlag{Name: "server-ca", Usage: "PEM file of the CA that signed the server's certificate (default: the system's roots)"},
 			&cli.StringFlag{Name: "agent-id", Value: "default", Usage: "tells this agent's containers from other agents' on the same engine"},
@@ -51,6 +53,7 @@ func agentCommand() *cli.Command {
 			return runAgent(c.Context, agentFlags{
 				dataDir: c.String("data-dir"), listen: c.String("listen"), token: token,
 				runtime: c.String("runtime"), agentID: c.String("agent-id"), fakeGPUs: c.String("fake-gpus"),
+				processUser: c.String("process-user"), processWorkDir: c.String("process-work-dir"),
 				server: c.String("server"), serverCA: c.String("server-ca"), hostname: c.String("hostname"),
 			})
 		},
@@ -85,6 +88,7 @@ func agentCommand() *cli.Command {
 type agentFlags struct {
 	dataDir, listen, token, runtime, agentID, fakeGPUs string
 	server, serverCA, hostname                         string
+	processUser, processWorkDir                        string
 }
 
 // agentToken is the token from --token (or GPUD_AGENT_TOKEN) or from the
@@ -137,7 +141,17 @@ func runAgent(ctx context.Context, f agentFlags) error {
 			return err
 		}
 	}
-	rt, dockerInfo, err := agent.OpenRuntime(ctx, agent.RuntimeOptions{Kind: f.runtime, DataDir: f.dataDir, AgentID: f.agentID, Logger: log})
+	// The agent runs jobs for a server: as root, its process runtime runs
+	// them as an unprivileged user; otherwise as the agent's own user.
+	processUser, err := agent.ProcessRunAs(f.processUser, true)
+	if err != nil {
+		return usageError(err)
+	}
+	if processUser == "" && f.runtime != agent.RuntimeDocker {
+		log.Warn().Int("uid", os.Geteuid()).Msg("this agent is not root: process-runtime jobs run as its own user and can read its data dir")
+	}
+	rt, dockerInfo, err := agent.OpenRuntime(ctx, agent.RuntimeOptions{Kind: f.runtime, DataDir: f.dataDir, AgentID: f.agentID, Logger: log,
+		ProcessUser: processUser, ProcessWorkRoot: f.processWorkDir})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
+	"gpud.dev/gpud/agent"
 	"gpud.dev/gpud/daemon"
 )
 
@@ -27,7 +28,11 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:3000", Usage: "API address"},
 			&cli.BoolFlag{Name: "no-local-agent", Usage: "do not run jobs on this machine"},
 			&cli.StringFlag{Name: "fake-gpus", Usage: "fake accelerators for the local agent, like 8xH100:80GB"},
-			&cli.StringFlag{Name: "runtime", Usage: "local agent runtime: docker, process or auto (default auto)"},
+			&cli.StringFlag{Name: "runtime", Usage: "local agent runtime: docker (auto: Docker; without it every job fails with the fix) or process (jobs run as host processes of --process-user); see docs/server.md"},
+			&cli.StringFlag{Name: "default-image", Value: daemon.DefaultImage, Usage: "image of runs that name none, as on dstack"},
+			&cli.StringFlag{Name: "process-user", Value: agent.DefaultProcessUser, Usage: "with --runtime process: the unprivileged user jobs run as (the server must be root)"},
+			&cli.BoolFlag{Name: "process-as-server-user", Usage: "with --runtime process on a server that is not root: accept that jobs run as the server's user and can read its data dir and state key"},
+			&cli.StringFlag{Name: "process-work-dir", Usage: "with --runtime process: where each job gets a fresh working directory (default /var/tmp/gpud-work-<hash>)"},
 			&cli.StringFlag{Name: "registration-listen", Usage: "accept `gpud agent --server` hosts over TLS on this address, like :8443 (docs/fleets.md)"},
 			&cli.StringFlag{Name: "registration-cert", Usage: "TLS certificate for --registration-listen (default: a self-signed one, its CA in DATA_DIR/registration-ca.pem)"},
 			&cli.StringFlag{Name: "registration-key", Usage: "private key of --registration-cert"},
@@ -48,6 +53,8 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 	srv, err := daemon.New(ctx, daemon.Options{
 		DataDir: c.String("data-dir"), Listen: c.String("listen"), NoLocalAgent: c.Bool("no-local-agent"),
 		FakeGPUs: c.String("fake-gpus"), Runtime: rt, Version: version, Logger: *log,
+		DefaultImage: c.String("default-image"), ProcessUser: c.String("process-user"),
+		ProcessAsServerUser: c.Bool("process-as-server-user"), ProcessWorkRoot: c.String("process-work-dir"),
 		RegistrationListen: c.String("registration-listen"), RegistrationCert: c.String("registration-cert"), RegistrationKey: c.String("registration-key"),
 	})
 	if err != nil {

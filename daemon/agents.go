@@ -87,10 +87,10 @@ type localAgent struct {
 	close      func() error
 }
 
-// startLocalAgent opens the runtime (Docker for jobs with an image and
-// processes for image-less ones when Docker is reachable, else processes,
-// logged), the agent and its API, and registers the host as an instance
-// of the local fleet.
+// startLocalAgent opens the runtime (openLocalRuntime: Docker, or the
+// process runtime the admin chose, running jobs as an unprivileged user;
+// the embedded server's processes run as the invoking user), the agent
+// and its API, and registers the host as an instance of the local fleet.
 func (s *Server) startLocalAgent(ctx context.Context) error {
 	dir := filepath.Join(s.opts.DataDir, "agent")
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -118,6 +118,12 @@ func (s *Server) runJob(ctx context.Context, id string) {
 	}
 	js, _ := decodeSpec[jobState](j)
 	spec := js.Spec
+	if spec.Image == "" {
+		// Runs without an image get the server's default image, as on
+		// dstack; the embedded server has none and runs them as processes
+		// (Options.Embedded), and a process-runtime host ignores images.
+		spec.Image = s.opts.DefaultImage
+	}
 	var sealed sealedJob
 	if len(j.Sealed) > 0 {
 		_ = json.Unmarshal(j.Sealed, &sealed)

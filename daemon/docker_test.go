@@ -31,7 +31,8 @@ func startDockerServer(t testing.TB) *testServer {
 	if err := dockerimage.Build(ctx, cli); err != nil {
 		t.Fatalf("these tests need a reachable Docker engine and busybox-static (CI's .ci/run starts dockerd): %v", err)
 	}
-	return startServerWith(t, Options{FakeGPUs: "1xH100:80GB"})
+	// The busybox image stands in for the default image (no registry here).
+	return startServerWith(t, Options{FakeGPUs: "1xH100:80GB", DefaultImage: dockerimage.Ref})
 }
 
 // runLogs returns the run's output lines.
@@ -70,16 +71,18 @@ func (ts *testServer) waitRunEnd(name string, timeout time.Duration) api.Run {
 	return run
 }
 
-// TestLocalAgentRunsImagesInDockerAndImagelessTasksAsProcesses: with
+// TestLocalAgentRunsEveryJobInDockerImagelessOnesInTheDefaultImage: with
 // Docker reachable, a task with an image runs in a container (its output
 // and exit code come back through the API) and an image-less task, like
-// testdata/hello.yml, still runs, as a process.
-func TestLocalAgentRunsImagesInDockerAndImagelessTasksAsProcesses(t *testing.T) {
+// testdata/hello.yml, runs in a container of the server's default image,
+// never as a host process (issue 11 #0; the embedded server keeps
+// processes, TestEmbeddedRunsImagelessTasksAsTheInvokingUserInTheirOwnDirectory).
+func TestLocalAgentRunsEveryJobInDockerImagelessOnesInTheDefaultImage(t *testing.T) {
 	ts := startDockerServer(t)
 	var insts []api.Instance
 	ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/instances", nil, &insts)
-	if len(insts) != 1 || insts[0].Runtime != mixedName {
-		t.Fatalf("local instance runtime: %+v, want %s", insts, mixedName)
+	if len(insts) != 1 || insts[0].Runtime != "docker" {
+		t.Fatalf("local instance runtime: %+v, want docker", insts)
 	}
 	cases := []struct {
 		name, config string
@@ -88,7 +91,7 @@ func TestLocalAgentRunsImagesInDockerAndImagelessTasksAsProcesses(t *testing.T) 
 		line         string
 	}{
 		{"in-docker", "type: task\nname: in-docker\nimage: " + dockerimage.Ref + "\ncommands:\n  - test -x /bin/busybox\n  - echo from-the-container $DSTACK_RUN_NAME\n  - exit 7\n", "failed", 7, "from-the-container in-docker"},
-		{"no-image", "type: task\nname: no-image\ncommands:\n  - echo from-a-process $GPUD_RUN_NAME\n", "done", 0, "from-a-process no-image"},
+		{"no-image", "type: task\nname: no-image\ncommands:\n  - test -x /bin/busybox\n  - echo from-the-default-image $GPUD_RUN_NAME\n", "done", 0, "from-the-default-image no-image"},
 	}
 	for _, c := range cases {
 		ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(c.config), nil)

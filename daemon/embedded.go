@@ -18,8 +18,10 @@ type EmbeddedOptions struct {
 }
 
 // StartEmbedded starts a server on 127.0.0.1:0 with an in-process local
-// agent (Docker if reachable, else the process runtime, which it logs) and
-// serves it until ctx ends or Close is called. It returns the server, its
+// agent in the laptop mode (Options.Embedded): image-less runs execute as
+// processes of the invoking user, each in a working directory of its own,
+// and runs with an image in Docker when it is reachable. It serves until
+// ctx ends or Close is called. It returns the server, its
 // base URL and an admin token valid until the next start. Runs go to
 // project DefaultProject.
 func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Server, string, string, error) {
@@ -28,6 +30,7 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Server, string, 
 		Listen:           "127.0.0.1:0",
 		FakeGPUs:         opts.FakeGPUs,
 		RotateAdminToken: true,
+		Embedded:         true,
 		Logger:           opts.Logger,
 	})
 	if err != nil {

@@ -26,9 +26,14 @@ const DefaultProject = "main"
 // StateKeyEnv is the environment variable Options.StateKey defaults to.
 const StateKeyEnv = "GPUD_STATE_KEY"
 
+// DefaultImage is the image of runs that name none on a server (not the
+// embedded one): dstack's base image, as dstack gives such runs.
+const DefaultImage = "dstackai/base:0.10-base-ubuntu22.04"
+
 // Options configure a server. The zero value (but DataDir) is a server on
-// 127.0.0.1:3000 with a local agent using Docker, or plain processes when
-// Docker is not reachable.
+// 127.0.0.1:3000 with a local agent that runs every job in Docker, those
+// without an image in DefaultImage; user code never runs on the server
+// host as a process unless the admin chose the process runtime.
 type Options struct {
 	// DataDir holds state.db, its key file, job logs and the local agent's
 	// data (default ~/.gpud/server).
@@ -39,9 +44,29 @@ type Options struct {
 	NoLocalAgent bool
 	// FakeGPUs gives the local agent a fake inventory ("8xH100:80GB").
 	FakeGPUs string
-	// Runtime forces the local agent's runtime: "docker", "process", or ""
-	// for docker when reachable, else process (logged).
+	// Runtime forces the local agent's runtime: "docker", "process" (the
+	// admin's opt-in: jobs run as ProcessUser), or "" for Docker, whose
+	// absence fails each job with the fix (see openLocalRuntime).
 	Runtime string
+	// Embedded is `gpud run` with no server (StartEmbedded): the laptop
+	// mode, where image-less runs execute as processes as the invoking
+	// user (each in a working directory of its own) and runs with an image
+	// in Docker when it is reachable. No DefaultImage applies.
+	Embedded bool
+	// DefaultImage is the image of runs without one (default DefaultImage;
+	// ignored when Embedded).
+	DefaultImage string
+	// ProcessUser is whom the process runtime runs the local fleet's jobs
+	// as, the server being root (default agent.DefaultProcessUser, "nobody").
+	ProcessUser string
+	// ProcessAsServerUser is the admin's explicit acceptance that a server
+	// that is not root, and so cannot switch users, runs process-runtime
+	// jobs as its own user, which can read its data dir and state key.
+	// Without it such a server refuses to start the process runtime.
+	ProcessAsServerUser bool
+	// ProcessWorkRoot holds the process runtime's per-job working
+	// directories (default /var/tmp/gpud-work-<hash>; see process.Config).
+	ProcessWorkRoot string
 	// ShimCommand starts the process runtime's shim (tests set it; default
 	// this executable with "agent shim").
 	ShimCommand []string
@@ -137,6 +162,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.LogWaitTimeout <= 0 {
 		opts.LogWaitTimeout = 10 * time.Second
+	}
+	if opts.DefaultImage == "" && !opts.Embedded {
+		opts.DefaultImage = DefaultImage
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
