@@ -129,6 +129,9 @@ func (s *Server) runJob(ctx context.Context, id string) {
 		_ = json.Unmarshal(j.Sealed, &sealed)
 	}
 	spec.Env, spec.RegistryAuth = sealed.Env, sealed.RegistryAuth
+	if sealed.Commands != nil {
+		spec.Commands = sealed.Commands
+	}
 	spec.GPUs = s.jobGPUs(j.Instance, js)
 	spec.Cluster = s.jobCluster(ctx, j, js)
 	_ = s.updateJob(ctx, id, func(j *store.Record, js *jobState) (bool, []store.Mutation) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"time"
@@ -161,14 +162,23 @@ func (s *Server) buildRun(project, user string, req api.ApplyRunRequest, cfg *ap
 			}
 			env[e.Name] = v
 		}
-		commands := make([]string, len(n.commands))
+		// Commands that interpolate a secret are sealed like the env; the
+		// job's spec keeps them with the secret's reference, not its value.
+		commands, shown := make([]string, len(n.commands)), make([]string, len(n.commands))
 		for i, c := range n.commands {
 			if commands[i], err = api.Interpolate(c, resolve); err != nil {
 				return nil, badField(fmt.Sprintf("configuration.commands[%d]", i), "%v", err)
 			}
+			if shown[i], err = api.Interpolate(c, withoutSecrets(resolve)); err != nil {
+				return nil, badField(fmt.Sprintf("configuration.commands[%d]", i), "%v", err)
+			}
+		}
+		var sealedCommands []string
+		if !slices.Equal(commands, shown) {
+			sealedCommands = commands
 		}
 		js := api.JobSpec{
-			ID: jobID, RunName: name, Image: n.image, Commands: commands, Shell: spec.Shell,
+			ID: jobID, RunName: name, Image: n.image, Commands: shown, Shell: spec.Shell,
 			WorkingDir: spec.WorkingDir, User: spec.User, Privileged: spec.Privileged,
 			ShmSize: api.Size(n.res.SHMSize), StopDuration: st.StopDuration,
 			Labels: map[string]string{"dev.gpud.project": project, "dev.gpud.run": name},
@@ -188,7 +198,7 @@ func (s *Server) buildRun(project, user string, req api.ApplyRunRequest, cfg *ap
 			js.RegistryAuth = &api.JobRegistryAuth{Username: u, Password: p}
 		}
 		js.Cluster = api.JobCluster{NodeRank: n.rank, NodesNum: len(nodes)}
-		sealed, _ := json.Marshal(sealedJob{Env: env, RegistryAuth: js.RegistryAuth})
+		sealed, _ := json.Marshal(sealedJob{Env: env, RegistryAuth: js.RegistryAuth, Commands: sealedCommands})
 		js.RegistryAuth = nil
 		jst := jobState{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: len(nodes), Request: requestOf(n.res), Spec: js, SubmittedAt: now, NotBefore: notBefore}
 		sub.jobs = append(sub.jobs, store.Record{
@@ -208,6 +218,20 @@ func (s *Server) buildRun(project, user string, req api.ApplyRunRequest, cfg *ap
 type sealedJob struct {
 	Env          map[string]string    `json:"env,omitempty"`
 	RegistryAuth *api.JobRegistryAuth `json:"registry_auth,omitempty"`
+	// Commands are the job's commands with secrets resolved, set only
+	// when one interpolates a secret (the spec keeps the reference).
+	Commands []string `json:"commands,omitempty"`
+}
+
+// withoutSecrets resolves like resolve but leaves secret references as
+// they are, for what is stored unsealed.
+func withoutSecrets(resolve func(api.Reference) (string, error)) func(api.Reference) (string, error) {
+	return func(ref api.Reference) (string, error) {
+		if ref.Namespace == api.NamespaceSecrets {
+			return ref.String(), nil
+		}
+		return resolve(ref)
+	}
 }
 
 // nodeLayout is one job of a run before it becomes a record.
