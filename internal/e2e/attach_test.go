@@ -21,8 +21,14 @@ import (
 func TestAttachForwardsPortsToLocalhost(t *testing.T) {
 	s := startServer(t, "process")
 	ctx := timeout(t, 2*time.Minute)
-	www := filepath.Join(s.cli.home, "www")
-	if err := os.MkdirAll(www, 0o755); err != nil {
+	// The process runtime of gpud serve runs jobs as nobody: the served
+	// directory must be one that user can reach (not under a 0700 TempDir).
+	www, err := os.MkdirTemp("", "gpud-e2e-www-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(www) })
+	if err := os.Chmod(www, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(www, "index.html"), []byte("hello-through-attach\n"), 0o644); err != nil {
