@@ -46,6 +46,8 @@ type mixedRuntime struct {
 //   - Runtime "" runs every job in Docker; when the engine does not answer,
 //     the runtime is unreachableRuntime, which fails each job with the fix,
 //     never a silent fallback to host processes.
+//   - Docker refuses `privileged: true` there (unprivileged) unless
+//     Options.AllowPrivileged.
 //
 // The embedded server (Options.Embedded) runs processes as the invoking
 // user: mixedRuntime when Docker answers, else processes alone (logged).
@@ -78,11 +80,18 @@ func (s *Server) openLocalRuntime(ctx context.Context, dir, agentID string) (run
 		}
 		o.ProcessUser = user
 		return agent.OpenRuntime(ctx, o)
-	case "", agent.RuntimeAuto:
+	case "", agent.RuntimeAuto, agent.RuntimeDocker:
+		forced := s.opts.Runtime == agent.RuntimeDocker
 		o.Kind = agent.RuntimeDocker
 		rt, info, err := agent.OpenRuntime(ctx, o)
 		if err == nil {
+			if !s.opts.AllowPrivileged {
+				rt = unprivileged{rt}
+			}
 			return rt, info, nil
+		}
+		if forced {
+			return nil, info, err
 		}
 		info.Error = err.Error()
 		s.log.Warn().Err(err).Msg("Docker is not reachable: the local agent fails every job until Docker runs and the server restarts (or the admin starts it with --runtime process)")
@@ -90,6 +99,20 @@ func (s *Server) openLocalRuntime(ctx context.Context, dir, agentID string) (run
 	default:
 		return agent.OpenRuntime(ctx, o)
 	}
+}
+
+// unprivileged refuses jobs with `privileged: true` on the server's own
+// host: a privileged container is root there (it can mount the host's
+// disks), that is, the server's privileges. Options.AllowPrivileged
+// (--allow-privileged) is the admin's choice to allow them.
+type unprivileged struct{ runtime.Runtime }
+
+// Start refuses a privileged job with the fix, else starts it.
+func (u unprivileged) Start(ctx context.Context, spec api.JobSpec, pulling func()) (runtime.Handle, error) {
+	if spec.Privileged {
+		return runtime.Handle{}, fmt.Errorf("job %s: privileged: true would be root on the server's own host; run it on another fleet's host, or have the admin start gpud serve --allow-privileged", spec.ID)
+	}
+	return u.Runtime.Start(ctx, spec, pulling)
 }
 
 // privateDataDirs makes the server's data dir and its agent's dir 0700

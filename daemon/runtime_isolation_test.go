@@ -74,6 +74,24 @@ func TestUserImagelessRunOnServeRunsInTheDefaultImageNotOnTheHost(t *testing.T) 
 	}
 }
 
+// A privileged container on the server's own host is root there (it can
+// mount the host's disks): a user-role member's `privileged: true` run
+// fails at start with the fix instead of running, unless the admin started
+// the server with --allow-privileged.
+func TestPrivilegedRunsAreRefusedOnTheServersOwnHost(t *testing.T) {
+	ts := startDockerServer(t)
+	mallory := ts.userMember("mallory")
+	task := "type: task\nname: priv\nimage: " + dockerimage.Ref + "\nprivileged: true\ncommands:\n  - echo ran-privileged\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n"
+	ts.must(http.StatusCreated, mallory, "POST", "/api/v1/projects/main/runs/apply", yamlApply(task), nil)
+	run := ts.waitRunEnd("priv", 60*time.Second)
+	if run.Status != "failed" || !strings.Contains(run.Reason, "--allow-privileged") {
+		t.Fatalf("run %s (%s), want failed naming --allow-privileged", run.Status, run.Reason)
+	}
+	if out := ts.runLogs("priv"); slices.Contains(out, "ran-privileged") {
+		t.Fatal("the privileged container ran on the server's host")
+	}
+}
+
 // With the process runtime opted in (gpud serve --runtime process, the
 // server root), a user-role member's job runs as nobody, in a fresh
 // directory of its own, and cannot read the server's state key.

@@ -64,6 +64,10 @@ type Options struct {
 	// jobs as its own user, which can read its data dir and state key.
 	// Without it such a server refuses to start the process runtime.
 	ProcessAsServerUser bool
+	// AllowPrivileged lets jobs with `privileged: true` run on the local
+	// fleet (the server's own host, where such a container is root); off,
+	// they fail at start with the fix. The embedded server ignores it.
+	AllowPrivileged bool
 	// ProcessWorkRoot holds the process runtime's per-job working
 	// directories (default /var/tmp/gpud-work-<hash>; see process.Config).
 	ProcessWorkRoot string
