@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -81,6 +82,12 @@ type cpuSample struct {
 func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.Runtime == nil {
 		return nil, errors.New("agent: a runtime is required")
+	}
+	// The data dir holds the token, the host key and the jobs' files: no
+	// other user, a process job's included, may enter it, whatever mode an
+	// existing one was made with.
+	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("agent: data dir: %w", err)
 	}
 	db, err := state.Open(filepath.Join(cfg.DataDir, "agent.db"))
 	if err != nil {
