@@ -67,7 +67,7 @@ func processRunAs(user string, ownUserAllowed bool, euid int) (string, error) {
 		if ownUserAllowed {
 			return "", nil
 		}
-		return "", fmt.Errorf("the process runtime runs jobs as user %q so that they cannot read this server's data, which needs root, and this server runs as uid %d. "+
+		return "", fmt.Errorf("the process runtime runs jobs as user %q so that they cannot read this server's data; switching users needs root, and this server runs as uid %d. "+
 			"Choose one: start the server as root; or run jobs in containers (Docker, --runtime docker); "+
 			"or accept that jobs run as this server's user and can read its state key and data dir (--process-as-server-user)", user, euid)
 	}
