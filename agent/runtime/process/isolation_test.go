@@ -6,12 +6,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,5 +200,52 @@ func TestAdoptionDeletesALegacyLaunchFile(t *testing.T) {
 	}
 	if hits := filesHolding(t, jobs, "plaintext-secret"); len(hits) > 0 {
 		t.Fatalf("the legacy secret is still in %v", hits)
+	}
+}
+
+// A job whose shim is killed with it records no exit and so never deletes
+// its working directory itself; the runtime does when it finds it lost,
+// so the job's files do not stay in the work root for good.
+func TestALostJobsWorkingDirectoryIsDeleted(t *testing.T) {
+	jobs := filepath.Join(t.TempDir(), "jobs")
+	rt := open(t, process.Config{DataDir: jobs})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := rt.Start(ctx, api.JobSpec{ID: "lost-1", Commands: []string{"pwd", "sleep 300"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cwd string
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if out := output(t, rt, h); len(out) > 0 {
+			cwd = out[0]
+			return nil
+		}
+		return fmt.Errorf("no output yet")
+	})
+	var c struct {
+		PID int `json:"pid"`
+	}
+	b, err := os.ReadFile(filepath.Join(jobs, "lost-1", "child.json"))
+	if err != nil || json.Unmarshal(b, &c) != nil {
+		t.Fatalf("child.json %q: %v", b, err)
+	}
+	shim, _, _ := strings.Cut(h.ID, ":")
+	var shimPID int
+	fmt.Sscan(shim, &shimPID)
+	if err := syscall.Kill(shimPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(-c.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Wait(ctx, h); !errors.Is(err, runtime.ErrExitUnknown) {
+		t.Fatalf("wait: %v, want the exit unknown", err)
+	}
+	if _, err := os.Stat(cwd); !os.IsNotExist(err) {
+		t.Fatalf("working directory %s of the lost job: %v, want it gone", cwd, err)
+	}
+	if err := rt.Remove(ctx, h); err != nil {
+		t.Fatal(err)
 	}
 }

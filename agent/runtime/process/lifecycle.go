@@ -24,6 +24,9 @@ func (r *Runtime) Wait(ctx context.Context, h runtime.Handle) (runtime.Exit, err
 	}
 	e, err := readExit(r.jobDir(h.JobID))
 	if errors.Is(err, os.ErrNotExist) {
+		// The shim died with the job (it deletes the working directory
+		// itself otherwise): what the job left there goes now.
+		r.removeLostWorkDir(h.JobID)
 		return runtime.Exit{}, fmt.Errorf("job %s: %w", h.JobID, runtime.ErrExitUnknown)
 	}
 	if err != nil {
@@ -127,6 +130,7 @@ func (r *Runtime) Adopt(ctx context.Context) ([]runtime.Found, error) {
 			f.Running = true
 		} else {
 			f.Lost = true
+			r.removeLostWorkDir(l.JobID)
 		}
 		found = append(found, f)
 	}
@@ -152,4 +156,13 @@ func (r *Runtime) Remove(ctx context.Context, h runtime.Handle) error {
 		return fmt.Errorf("job %s: %w", h.JobID, err)
 	}
 	return nil
+}
+
+// removeLostWorkDir deletes the working directory of a job whose shim
+// ended without recording an exit. A failure only leaves files of an ended
+// job behind in the work root (Remove tries again), so it is not reported.
+func (r *Runtime) removeLostWorkDir(jobID string) {
+	if m, err := readMeta(r.jobDir(jobID)); err == nil {
+		_ = removeWorkDir(r.cfg.WorkRoot, m.WorkDir) // see above: Remove retries
+	}
 }
