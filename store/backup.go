@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"gpud.dev/gpud/internal/atomicfile"
 )
 
 // Backup writes a consistent snapshot of the state file to w while the
@@ -38,24 +40,14 @@ func (s *Store) Backup(ctx context.Context, w io.Writer) (int64, error) {
 // BackupFile writes a snapshot to path (atomically: a temporary file, fsync,
 // rename), so a partial backup never looks complete.
 func (s *Store) BackupFile(ctx context.Context, path string) (int64, error) {
-	tmp := path + ".partial"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	var n int64
+	err := atomicfile.Write(path, 0o600, func(w io.Writer) error {
+		var err error
+		n, err = s.Backup(ctx, w)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("backup: %w", err)
-	}
-	n, err := s.Backup(ctx, f)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return 0, fmt.Errorf("backup to %s: %w", path, err)
 	}
 	return n, nil
 }
@@ -88,11 +80,7 @@ func Restore(backupPath, statePath string) error {
 	if err := os.MkdirAll(filepath.Dir(statePath), 0o700); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	tmp := statePath + ".restoring"
-	if err := writeFileSync(tmp, in, 0o600); err != nil {
-		return fmt.Errorf("restore: %w", err)
-	}
-	if err := os.Rename(tmp, statePath); err != nil {
+	if err := atomicfile.WriteFile(statePath, in, 0o600); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	return nil

@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"gpud.dev/gpud/internal/atomicfile"
 )
 
 // Sealed value envelopes. The first byte says which one follows.
@@ -158,12 +160,8 @@ func (k *Keyring) save() error {
 	if err := os.MkdirAll(filepath.Dir(k.path), 0o700); err != nil {
 		return fmt.Errorf("key file dir: %w", err)
 	}
-	tmp := k.path + ".tmp"
-	if err := writeFileSync(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("write key file: %w", err)
-	}
-	if err := os.Rename(tmp, k.path); err != nil {
-		return fmt.Errorf("install key file: %w", err)
+	if err := atomicfile.WriteFile(k.path, b, 0o600); err != nil {
+		return fmt.Errorf("key file: %w", err)
 	}
 	return nil
 }
@@ -236,20 +234,4 @@ func sealWith(k *Keyring, plaintext, aad []byte) ([]byte, error) {
 		return append([]byte{sealPlain}, plaintext...), nil
 	}
 	return k.seal(plaintext, aad)
-}
-
-func writeFileSync(path string, b []byte, mode os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

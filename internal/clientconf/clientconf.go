@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml"
+
+	"gpud.dev/gpud/internal/atomicfile"
 )
 
 // DefaultProject is the project a command uses when neither the flag, the
@@ -98,24 +100,8 @@ func (f *File) Save(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".config-*.yml")
-	if err != nil {
-		return fmt.Errorf("write client config: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write client config: %w", err)
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write client config: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write client config: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write client config: %w", err)
+	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("client config: %w", err)
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"golang.org/x/crypto/ssh"
+
+	"gpud.dev/gpud/internal/atomicfile"
 )
 
 // HostKeyStore pins SSH host keys. The server backs it with its state
@@ -167,11 +169,7 @@ func (f *FileHostKeys) ForgetHostKey(_ context.Context, addr string) error {
 			kept.WriteString(line)
 		}
 	}
-	tmp := f.Path + ".tmp"
-	if err := os.WriteFile(tmp, kept.Bytes(), 0o600); err != nil {
-		return fmt.Errorf("host keys: %w", err)
-	}
-	if err := os.Rename(tmp, f.Path); err != nil {
+	if err := atomicfile.WriteFile(f.Path, kept.Bytes(), 0o600); err != nil {
 		return fmt.Errorf("host keys: %w", err)
 	}
 	return nil
