@@ -50,9 +50,11 @@ func NewClient(baseURL, token string, hc *http.Client) (*Client, error) {
 // BaseURL returns the server URL the client talks to.
 func (c *Client) BaseURL() string { return c.base }
 
-// Backoff says how an idempotent call is retried when the server cannot be
-// reached or answers 502, 503 or 504: up to Attempts tries, waiting First,
-// then doubling up to Max between tries.
+// Backoff is gpud's one exponential backoff: wait First before the first
+// retry, then double up to Max. The API client retries an idempotent call
+// with it when the server cannot be reached or answers 502, 503 or 504 (up
+// to Attempts tries); agents and the server pace their reconnect loops with
+// Sleep (Attempts unused).
 type Backoff struct {
 	Attempts int
 	First    time.Duration
@@ -65,24 +67,43 @@ func DefaultBackoff() Backoff {
 	return Backoff{Attempts: 4, First: 100 * time.Millisecond, Max: time.Second}
 }
 
+// Delay is the wait before retry n (1 for the first retry): First doubled
+// n-1 times, at most Max.
+func (b Backoff) Delay(n int) time.Duration {
+	d := b.First
+	for i := 1; i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	if b.Max > 0 && d > b.Max {
+		d = b.Max
+	}
+	return d
+}
+
+// Sleep waits Delay(n), or until ctx ends; it reports whether the full
+// wait passed.
+func (b Backoff) Sleep(ctx context.Context, n int) bool {
+	t := time.NewTimer(b.Delay(n))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // Retry calls fn until it returns nil, a non-retryable error, or the tries
 // run out; it stops early when ctx ends. It returns fn's last error.
 func (b Backoff) Retry(ctx context.Context, fn func() error) error {
-	wait := b.First
-	var err error
 	for try := 1; ; try++ {
-		err = fn()
+		err := fn()
 		if err == nil || !retryable(err) || try >= b.Attempts {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !b.Sleep(ctx, try) {
 			return errors.Join(err, ctx.Err())
-		case <-t.C:
 		}
-		wait = min(2*wait, b.Max)
 	}
 }
 

@@ -159,6 +159,9 @@ func (c *Client) RunLogs(ctx context.Context, project, run string, opts LogOptio
 		if lastErr = err; try >= c.retry.Attempts {
 			return lastErr
 		}
+		if !c.retry.Sleep(ctx, try+1) {
+			return errors.Join(lastErr, ctx.Err())
+		}
 	}
 }
 

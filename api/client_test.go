@@ -225,3 +225,21 @@ func TestClientEnvSendsOnlyWhatTheConfigurationRefersTo(t *testing.T) {
 		t.Fatalf("nothing set: ClientEnv = %v, want none", env)
 	}
 }
+
+func TestBackoffDoublesUpToItsCap(t *testing.T) {
+	b := Backoff{First: 250 * time.Millisecond, Max: 2 * time.Second}
+	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second}
+	for i, w := range want {
+		if got := b.Delay(i + 1); got != w {
+			t.Errorf("Delay(%d) = %s, want %s", i+1, got, w)
+		}
+	}
+	if got := b.Delay(1000); got != 2*time.Second {
+		t.Errorf("Delay(1000) = %s, want the cap", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if (Backoff{First: time.Hour}).Sleep(ctx, 1) {
+		t.Error("Sleep on an ended context reported a full wait")
+	}
+}
