@@ -4,8 +4,9 @@
 // current. It resolves the server a command talks to from the file, the
 // GPUD_SERVER / GPUD_TOKEN / GPUD_PROJECT environment variables and flags.
 //
-// clientconf must not import any gpud package: it is read by package main
-// before anything else is wired.
+// clientconf imports only the leaves api (its YAML set-up) and
+// internal/atomicfile: it is read by the command line before anything else
+// is wired, and must never import daemon, store, agent or sched.
 package clientconf
 
 import (
@@ -20,6 +21,7 @@ import (
 
 	"github.com/goccy/go-yaml"
 
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/atomicfile"
 )
 
@@ -76,8 +78,8 @@ func Load(path string) (f *File, exists bool, err error) {
 		return nil, false, fmt.Errorf("read client config: %w", err)
 	}
 	f = &File{}
-	if err := yaml.Unmarshal(b, f); err != nil {
-		return nil, true, fmt.Errorf("%s: %w", path, err)
+	if err := api.DecodeYAML(path, b, f); err != nil {
+		return nil, true, fmt.Errorf("%w\n(edit the file, or remove it and run gpud login again)", err)
 	}
 	for name, s := range f.Servers {
 		if s == nil || s.URL == "" {

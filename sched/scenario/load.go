@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goccy/go-yaml"
-
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/sched"
 )
@@ -142,7 +140,11 @@ func LoadFile(path string) (*Scenario, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read scenario: %w", err)
 	}
-	s, err := Parse(data)
+	var f file
+	if err := api.DecodeYAML(path, data, &f); err != nil {
+		return nil, err // names the file, line and column
+	}
+	s, err := build(&f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -153,9 +155,15 @@ func LoadFile(path string) (*Scenario, error) {
 // finds, each with its path, joined.
 func Parse(data []byte) (*Scenario, error) {
 	var f file
-	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict()); err != nil {
-		return nil, fmt.Errorf("%s", yaml.FormatError(err, false, true))
+	if err := api.DecodeYAML("", data, &f); err != nil {
+		return nil, err
 	}
+	return build(&f)
+}
+
+// build checks a decoded scenario and makes it.
+func build(fp *file) (*Scenario, error) {
+	f := *fp
 	b := &builder{}
 	s := &Scenario{Cycles: max(f.Run.Cycles, 1), Expect: f.Expect, HasExpect: f.Expect != nil}
 	snap := &s.Snapshot
