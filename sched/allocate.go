@@ -174,7 +174,7 @@ func (c *cycle) tryPlace(j int, tasks []int, allow mode, a Action) (int, bool) {
 
 // setReason keeps the first reason a job got; capacity says whether
 // more capacity (consolidation, victims) could help it.
-func (js *jobState) setReason(capacity bool, reason string) {
+func (js *jobSlot) setReason(capacity bool, reason string) {
 	if js.reason == "" {
 		js.reason = reason
 		js.capacityBound = capacity

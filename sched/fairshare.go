@@ -83,7 +83,7 @@ func (c *cycle) computeFairShare() {
 		if !ns.schedulable {
 			continue
 		}
-		total[GPU] += int64(len(ns.devs)) * 1000
+		total[GPU] += int64(len(ns.devs)) * OneGPU
 		total[CPU] += ns.node.CPU
 		total[Memory] += ns.node.Memory
 	}

@@ -97,7 +97,7 @@ func (x *nodeIndex) update(c *cycle, n int) {
 		switch {
 		case d.used+d.rel == 0:
 			ns.classes[k].free++
-		case d.frac > 0 && d.used+d.rel < 1000:
+		case d.frac > 0 && d.used+d.rel < OneGPU:
 			ns.classes[k].partial = true
 		}
 	}

@@ -7,7 +7,7 @@ type Resource int
 
 // The resources fair share and quotas are kept for.
 const (
-	GPU    Resource = iota // in milli-GPUs: 1000 is one whole device
+	GPU    Resource = iota // in milli-GPUs: OneGPU is one whole device
 	CPU                    // in milli-cores
 	Memory                 // in bytes
 	NumResources
@@ -18,9 +18,16 @@ func (r Resource) String() string {
 	return [...]string{"gpu", "cpu", "memory"}[r]
 }
 
+// OneGPU is one whole device in milli-GPUs: a task's GPU below it shares a
+// device, at or above it is a multiple of it.
+const OneGPU int64 = 1000
+
+// OneCore is one CPU core in milli-cores.
+const OneCore int64 = 1000
+
 // Unit is the whole unit fair share is handed out in: one GPU, one core, 1GB.
 func (r Resource) Unit() int64 {
-	return [...]int64{1000, 1000, 1 << 30}[r]
+	return [...]int64{OneGPU, OneCore, 1 << 30}[r]
 }
 
 // Unlimited marks a quota or limit without a bound.
@@ -99,7 +106,7 @@ func (s TaskStatus) String() string {
 // Task is one member of a job: it asks for resources and, when running,
 // holds them on one node.
 type Task struct {
-	GPU       int64  // milli-GPUs: under 1000 shares a device, else a multiple of 1000
+	GPU       int64  // milli-GPUs: under OneGPU shares a device, else a multiple of OneGPU
 	GPUName   string // empty: any model
 	GPUMemory int64  // minimum device memory in bytes; 0: any
 	MIG       string // MIG profile wanted; empty: whole GPUs or fractions of them

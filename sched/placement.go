@@ -68,9 +68,9 @@ func (n *nodeState) fitsHost(t *Task, m mode) bool {
 // devFree is the device capacity a placement in mode m may use.
 func (d *devState) free(m mode) int64 {
 	if m == freeNow {
-		return 1000 - d.used - d.rel
+		return OneGPU - d.used - d.rel
 	}
-	return 1000 - d.used
+	return OneGPU - d.used
 }
 
 // pickDevices chooses devices of one class on node n for the task, or nil.
@@ -79,12 +79,12 @@ func (d *devState) free(m mode) int64 {
 // fullest shared device that has room (spread: the emptiest device).
 func (c *cycle) pickDevices(n int, t *Task, class int, m mode) []int {
 	ns := &c.nodes[n]
-	if t.GPU >= 1000 {
-		want := int(t.GPU / 1000)
+	if t.GPU >= OneGPU {
+		want := int(t.GPU / OneGPU)
 		devs := make([]int, 0, want)
 		for p := range ns.devs {
 			d := &ns.devs[p]
-			if d.class == class && d.free(m) == 1000 && (m == freeNow || d.frac == 0 || d.used == 0) {
+			if d.class == class && d.free(m) == OneGPU && (m == freeNow || d.frac == 0 || d.used == 0) {
 				devs = append(devs, p)
 				if len(devs) == want {
 					return devs
@@ -133,10 +133,10 @@ func (c *cycle) findNode(t *Task, dom bitset, m mode) (int, []int) {
 	}
 	classes := c.matchingClasses(t)
 	want := 1
-	if t.GPU >= 1000 {
-		want = int(t.GPU / 1000)
+	if t.GPU >= OneGPU {
+		want = int(t.GPU / OneGPU)
 	}
-	if t.GPU < 1000 && c.policy.GPU == BinPack {
+	if t.GPU < OneGPU && c.policy.GPU == BinPack {
 		for _, cl := range classes {
 			if n, devs := c.scanBucket(t, cl, c.idx.classes[cl].partial, dom, m); n >= 0 {
 				return n, devs
@@ -162,7 +162,7 @@ func (c *cycle) findNode(t *Task, dom bitset, m mode) (int, []int) {
 			}
 		}
 	}
-	if t.GPU < 1000 && c.policy.GPU == Spread {
+	if t.GPU < OneGPU && c.policy.GPU == Spread {
 		for _, cl := range classes {
 			if n, devs := c.scanBucket(t, cl, c.idx.classes[cl].partial, dom, m); n >= 0 {
 				return n, devs

@@ -14,8 +14,9 @@ func amount(r Resource, v int64) string {
 		if r == CPU {
 			word = "CPU"
 		}
-		s := strconv.FormatFloat(float64(v)/1000, 'f', -1, 64)
-		if v != 1000 && v >= 1000 || v == 0 {
+		unit := r.Unit()
+		s := strconv.FormatFloat(float64(v)/float64(unit), 'f', -1, 64)
+		if v != unit && v >= unit || v == 0 {
 			word += "s"
 		}
 		return s + " " + word
@@ -69,7 +70,7 @@ func taskShape(t *Task) string {
 	if t.MIG != "" {
 		name += " " + t.MIG
 	}
-	return strconv.FormatFloat(float64(t.GPU)/1000, 'f', -1, 64) + "×" + name
+	return strconv.FormatFloat(float64(t.GPU)/float64(OneGPU), 'f', -1, 64) + "×" + name
 }
 
 // reasonFor is the one sentence a pending job carries in the plan.
@@ -147,7 +148,7 @@ func (c *cycle) explainImpossible(t *Task, mask bitset) string {
 			}
 		}
 	}
-	want := int((t.GPU + 999) / 1000)
+	want := int((t.GPU + OneGPU - 1) / OneGPU)
 	switch {
 	case t.GPU > 0 && maxDevs == 0:
 		return "no node has " + gpuKind(t)
@@ -180,23 +181,23 @@ func (c *cycle) explainBusy(t *Task, mask bitset) string {
 				if d.class != cl {
 					continue
 				}
-				if d.free(freeNow) == 1000 {
-					whole += 1000
+				if d.free(freeNow) == OneGPU {
+					whole += OneGPU
 				} else if d.frac > 0 {
 					part = max(part, d.free(freeNow))
 				}
 			}
 		}
-		if t.GPU < 1000 {
-			whole = max(min(whole, 1000), part)
+		if t.GPU < OneGPU {
+			whole = max(min(whole, OneGPU), part)
 		}
 		bestGPU = max(bestGPU, whole)
 	}
 	switch {
-	case t.GPU >= 1000 && bestGPU < t.GPU:
-		return "no node has " + strconv.FormatInt(t.GPU/1000, 10) + " free " + countable(gpuKind(t), t.GPU/1000) + "; the most on one node is " +
-			strconv.FormatInt(bestGPU/1000, 10)
-	case t.GPU > 0 && t.GPU < 1000 && bestGPU < t.GPU:
+	case t.GPU >= OneGPU && bestGPU < t.GPU:
+		return "no node has " + strconv.FormatInt(t.GPU/OneGPU, 10) + " free " + countable(gpuKind(t), t.GPU/OneGPU) + "; the most on one node is " +
+			strconv.FormatInt(bestGPU/OneGPU, 10)
+	case t.GPU > 0 && t.GPU < OneGPU && bestGPU < t.GPU:
 		return "no " + strings.TrimSuffix(gpuKind(t), "s") + " has " + amount(GPU, t.GPU) + " free; the most on one device is " +
 			amount(GPU, bestGPU)
 	case t.CPU > freeCPU:

@@ -34,7 +34,9 @@ type taskSlot struct {
 	reason  string
 }
 
-type jobState struct {
+// jobSlot is one job during a cycle: its queue, order, tasks and why it
+// waits (daemon's stored job record and scenario.JobState are other things).
+type jobSlot struct {
 	job    *Job
 	queue  int
 	order  int
@@ -49,7 +51,7 @@ type jobState struct {
 	eligible bitset
 }
 
-func (j *jobState) request(tasks []int) Resources {
+func (j *jobSlot) request(tasks []int) Resources {
 	var r Resources
 	for _, t := range tasks {
 		r = r.Add(j.job.Tasks[t].Request())
@@ -122,7 +124,7 @@ type cycle struct {
 	idx      nodeIndex
 	queues   []queueState
 	queueBy  map[string]int
-	jobs     []jobState
+	jobs     []jobSlot
 	topo     map[string]*topologyIndex
 	log      []op
 	// epoch changes whenever capacity is freed, so cached failures expire.
@@ -203,7 +205,7 @@ func (n *nodeState) devPos(index int) int {
 }
 
 func (c *cycle) buildJobs() {
-	c.jobs = make([]jobState, len(c.snap.Jobs))
+	c.jobs = make([]jobSlot, len(c.snap.Jobs))
 	bySelector := map[string]bitset{} // jobs of one project share one set
 	for i := range c.snap.Jobs {
 		j := &c.snap.Jobs[i]
@@ -279,10 +281,10 @@ func perDevice(t *Task, n int) int64 {
 	if n == 0 {
 		return 0
 	}
-	if t.GPU < 1000 {
+	if t.GPU < OneGPU {
 		return t.GPU
 	}
-	return 1000
+	return OneGPU
 }
 
 // hold adds a task's resources to a node as used.
@@ -294,7 +296,7 @@ func (c *cycle) hold(n int, t *Task, devs []int, _ bool) {
 	for _, p := range devs {
 		d := &ns.devs[p]
 		d.used += per
-		if t.GPU < 1000 {
+		if t.GPU < OneGPU {
 			d.frac++
 		}
 	}
@@ -309,7 +311,7 @@ func (c *cycle) unhold(n int, t *Task, devs []int) {
 	for _, p := range devs {
 		d := &ns.devs[p]
 		d.used -= per
-		if t.GPU < 1000 {
+		if t.GPU < OneGPU {
 			d.frac--
 		}
 	}
@@ -347,7 +349,7 @@ func (c *cycle) fromRel(n int, t *Task, devs []int) {
 
 // addAlloc adds (sign 1) or removes (sign -1) a request from the job's
 // queue and every ancestor.
-func (c *cycle) addAlloc(js *jobState, r Resources, sign int64) {
+func (c *cycle) addAlloc(js *jobSlot, r Resources, sign int64) {
 	for _, q := range c.queues[js.queue].path {
 		qs := &c.queues[q]
 		for i := range r {

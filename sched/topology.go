@@ -91,7 +91,7 @@ func (c *cycle) domainsByTightness(j int, tasks []int, topo, level string) []dom
 			for p := range ns.devs {
 				dv := &ns.devs[p]
 				if slices.Contains(classes, dv.class) {
-					gpu += 1000 - dv.used
+					gpu += OneGPU - dv.used
 				}
 			}
 		}

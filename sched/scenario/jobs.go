@@ -98,7 +98,7 @@ func (b *builder) task(p string, t fileTask, nodes map[string]bool) sched.Task {
 		Node:      t.Node,
 		Runtime:   b.duration(p+".runtime", t.Runtime),
 	}
-	if task.GPU < 0 || (task.GPU > 1000 && task.GPU%1000 != 0) {
+	if task.GPU < 0 || (task.GPU > sched.OneGPU && task.GPU%sched.OneGPU != 0) {
 		b.fail(p+".gpu", "%v: use a fraction below 1 or a whole number of GPUs", t.GPU)
 	}
 	status := t.Status
@@ -121,8 +121,8 @@ func (b *builder) task(p string, t fileTask, nodes map[string]bool) sched.Task {
 			task.Devices = append([]int{*t.Device}, task.Devices...)
 		}
 		want := 1
-		if task.GPU >= 1000 {
-			want = int(task.GPU / 1000)
+		if task.GPU >= sched.OneGPU {
+			want = int(task.GPU / sched.OneGPU)
 		}
 		if task.GPU == 0 {
 			want = 0
