@@ -100,7 +100,7 @@ func (c *cycle) pickDevices(n int, t *Task, class int, m mode) []int {
 		if d.class != class || f < t.GPU {
 			continue
 		}
-		if best < 0 || c.better(f, bestFree, d.frac > 0, ns.devs[best].frac > 0) {
+		if best < 0 || c.gpu.betterDevice(f, bestFree, d.frac > 0, ns.devs[best].frac > 0) {
 			best, bestFree = p, f
 		}
 	}
@@ -110,20 +110,10 @@ func (c *cycle) pickDevices(n int, t *Task, class int, m mode) []int {
 	return []int{best}
 }
 
-// better orders two candidate devices for a fractional task.
-func (c *cycle) better(f, bestF int64, shared, bestShared bool) bool {
-	if c.policy.GPU == Spread {
-		return f > bestF
-	}
-	if shared != bestShared {
-		return shared
-	}
-	return f < bestF
-}
-
 // findNode chooses a node and devices for task t within domain dom (nil:
-// anywhere). It walks the free-capacity buckets in policy order, so the
-// first node that fits is the bin-pack (or spread) choice.
+// anywhere): the device classes the task can use (feasibility, cached per
+// shape), then the free-capacity buckets in the GPU scorer's order, so the
+// first node that fits is the strategy's choice.
 func (c *cycle) findNode(t *Task, dom bitset, m mode) (int, []int) {
 	if m == freeSoon {
 		return c.findReleasing(t, dom)
@@ -136,11 +126,10 @@ func (c *cycle) findNode(t *Task, dom bitset, m mode) (int, []int) {
 	if t.GPU >= OneGPU {
 		want = int(t.GPU / OneGPU)
 	}
-	if t.GPU < OneGPU && c.policy.GPU == BinPack {
-		for _, cl := range classes {
-			if n, devs := c.scanBucket(t, cl, c.idx.classes[cl].partial, dom, m); n >= 0 {
-				return n, devs
-			}
+	fractional := t.GPU < OneGPU
+	if fractional && c.gpu.partialFirst() {
+		if n, devs := c.scanPartial(t, classes, dom, m); n >= 0 {
+			return n, devs
 		}
 	}
 	top := 0
@@ -148,10 +137,7 @@ func (c *cycle) findNode(t *Task, dom bitset, m mode) (int, []int) {
 		top = max(top, c.classes[cl].maxPerNode)
 	}
 	for step := 0; step <= top-want; step++ {
-		k := want + step
-		if c.policy.GPU == Spread {
-			k = top - step
-		}
+		k := c.gpu.bucket(step, want, top)
 		for _, cl := range classes {
 			b := c.idx.classes[cl].buckets
 			if k >= len(b) {
@@ -162,11 +148,18 @@ func (c *cycle) findNode(t *Task, dom bitset, m mode) (int, []int) {
 			}
 		}
 	}
-	if t.GPU < OneGPU && c.policy.GPU == Spread {
-		for _, cl := range classes {
-			if n, devs := c.scanBucket(t, cl, c.idx.classes[cl].partial, dom, m); n >= 0 {
-				return n, devs
-			}
+	if fractional && !c.gpu.partialFirst() {
+		return c.scanPartial(t, classes, dom, m)
+	}
+	return -1, nil
+}
+
+// scanPartial looks for a fractional task's room on devices that other
+// fractional tasks already share.
+func (c *cycle) scanPartial(t *Task, classes []int, dom bitset, m mode) (int, []int) {
+	for _, cl := range classes {
+		if n, devs := c.scanBucket(t, cl, c.idx.classes[cl].partial, dom, m); n >= 0 {
+			return n, devs
 		}
 	}
 	return -1, nil
@@ -196,7 +189,7 @@ func (c *cycle) findHostOnly(t *Task, dom, set bitset, m mode) (int, []int) {
 			continue
 		}
 		f := ns.node.CPU - ns.usedCPU - ns.relCPU
-		if best < 0 || (c.policy.CPU == BinPack && f < bestFree) || (c.policy.CPU == Spread && f > bestFree) {
+		if best < 0 || c.cpu.before(f, bestFree) {
 			best, bestFree = n, f
 		}
 	}

@@ -118,6 +118,8 @@ type op struct {
 type cycle struct {
 	snap     *Snapshot
 	policy   Policy
+	// gpu and cpu score candidates by the policy's strategies.
+	gpu, cpu scorer
 	nodes    []nodeState
 	nodeByID map[string]int
 	classes  []devClass
@@ -148,6 +150,7 @@ func newCycle(s *Snapshot) *cycle {
 		failByKind: map[string]failure{},
 		matchCache: map[string][]int{},
 	}
+	c.gpu, c.cpu = scorerFor(c.policy.GPU), scorerFor(c.policy.CPU)
 	if c.policy.Actions == nil {
 		c.policy.Actions = AllActions()
 	}

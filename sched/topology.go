@@ -105,10 +105,13 @@ func (c *cycle) domainsByTightness(j int, tasks []int, topo, level string) []dom
 		out = append(out, cand{d, room})
 	}
 	slices.SortStableFunc(out, func(a, b cand) int {
-		if c.policy.GPU == Spread {
-			return cmpInt64(b.room, a.room)
+		switch {
+		case c.gpu.before(a.room, b.room):
+			return -1
+		case c.gpu.before(b.room, a.room):
+			return 1
 		}
-		return cmpInt64(a.room, b.room)
+		return 0
 	})
 	res := make([]domain, len(out))
 	for i := range out {
