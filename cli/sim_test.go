@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -14,11 +14,11 @@ func TestSimOutputAndExitCodes(t *testing.T) {
 	wrong := filepath.Join(dir, "wrong.yaml")
 	writeTestFile(t, wrong, "# expects the wrong node\nnodes:\n  - {name: n0, gpus: 1}\nqueues:\n  - {name: a}\njobs:\n  - {name: j, queue: a, priority: train, tasks: [{gpu: 1}]}\nexpect:\n  jobs:\n    j: {tasks: [{node: n9}]}\n")
 	testCLICases(t, []cliCase{
-		{name: "tables per cycle, reasons and the expect check", args: []string{"sim", "testdata/sched/reclaim-takes-borrowed-gpus.yaml"},
+		{name: "tables per cycle, reasons and the expect check", args: []string{"sim", "../testdata/sched/reclaim-takes-borrowed-gpus.yaml"},
 			stdout: "cycle 1: 1 placed, 2 evicted, 0 pending"},
-		{name: "evictions show the action and why", args: []string{"sim", "testdata/sched/reclaim-takes-borrowed-gpus.yaml"},
+		{name: "evictions show the action and why", args: []string{"sim", "../testdata/sched/reclaim-takes-borrowed-gpus.yaml"},
 			stdout: "reclaimed for job a1 of queue a: queue b is over its fair share"},
-		{name: "pending jobs carry their reason", args: []string{"sim", "testdata/sched/limit-blocks-job.yaml"},
+		{name: "pending jobs carry their reason", args: []string{"sim", "../testdata/sched/limit-blocks-job.yaml"},
 			stdout: "pending j: queue team-a is at its limit of 2 GPUs"},
 		{name: "a scenario error names the field", args: []string{"sim", broken}, code: exitInvalidInput,
 			stderr: `jobs[0].queue: "nope" is not a queue of this scenario`},
@@ -31,7 +31,7 @@ func TestSimOutputAndExitCodes(t *testing.T) {
 // TestSimJSONContract checks the --json shape scenario authors and
 // acceptance checks rely on.
 func TestSimJSONContract(t *testing.T) {
-	stdout := mustRunCLI(t, "sim", "--json", "testdata/sched/reclaim-takes-borrowed-gpus.yaml")
+	stdout := mustRunCLI(t, "sim", "--json", "../testdata/sched/reclaim-takes-borrowed-gpus.yaml")
 	var got struct {
 		Jobs map[string]struct {
 			Status string `json:"status"`
