@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"gpud.dev/gpud/plugins/registration"
+	"gpud.dev/gpud/agent/tunnel"
 	"gpud.dev/gpud/store"
 )
 
@@ -45,7 +45,7 @@ func regHostKey(fleetID, host string) string { return regHostsDir(fleetID) + "/"
 
 func registeredInstanceID(fleetID, host string) string { return "reg/" + fleetID + "/" + host }
 
-// storeHosts is the server's registration.HostBinder.
+// storeHosts is the server's tunnel.HostBinder.
 type storeHosts struct {
 	s *Server
 	// mu makes each bind a check-and-set: two agents racing for one new
@@ -53,16 +53,16 @@ type storeHosts struct {
 	mu sync.Mutex
 }
 
-var _ registration.HostBinder = (*storeHosts)(nil)
+var _ tunnel.HostBinder = (*storeHosts)(nil)
 
-// BindHost implements registration.HostBinder.
-func (h *storeHosts) BindHost(ctx context.Context, c registration.HostClaim) (string, error) {
+// BindHost implements tunnel.HostBinder.
+func (h *storeHosts) BindHost(ctx context.Context, c tunnel.HostClaim) (string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	kv := h.s.store.KV()
 	f, err := h.s.store.Fleets().Get(c.Grant.Fleet)
 	if err != nil {
-		return "", fmt.Errorf("fleet %q is gone: %w", c.Grant.Fleet, registration.ErrTokenUnknown)
+		return "", fmt.Errorf("fleet %q is gone: %w", c.Grant.Fleet, tunnel.ErrTokenUnknown)
 	}
 	key := regHostKey(c.Grant.Fleet, c.Host)
 	var b hostBinding
@@ -88,7 +88,7 @@ func (h *storeHosts) BindHost(ctx context.Context, c registration.HostClaim) (st
 			return "", fmt.Errorf("host %q in fleet %q: %w (bound to %s, this agent has %s); the host keeps its key in DATA_DIR/registration-key.pem. "+
 				"If this is a new machine, register it under another name (gpud agent --hostname); if it is the same machine reinstalled, "+
 				"a manager revokes the token it registered with (token id %s), which forgets its key, and issues a new one",
-				c.Host, f.Name, registration.ErrHostKeyMismatch, short(b.Key), short(c.Key), b.TokenID)
+				c.Host, f.Name, tunnel.ErrHostKeyMismatch, short(b.Key), short(c.Key), b.TokenID)
 		}
 		if b.TokenID == c.Grant.TokenID {
 			return b.Instance, nil

@@ -26,7 +26,6 @@ import (
 	agentclient "gpud.dev/gpud/agent/client"
 	"gpud.dev/gpud/agent/tunnel"
 	"gpud.dev/gpud/api"
-	"gpud.dev/gpud/plugins/registration"
 	"gpud.dev/gpud/store"
 )
 
@@ -59,29 +58,29 @@ func regIDKey(id string) string      { return "registration/ids/" + id }
 // kvTokens checks registration tokens against the store.
 type kvTokens struct{ store *store.Store }
 
-// CheckRegistrationToken implements registration.TokenChecker. A token
+// CheckRegistrationToken implements tunnel.TokenChecker. A token
 // whose fleet is gone, or no longer belongs to the token's project, is
 // unknown: it admits hosts into its own fleet only, and dies with it.
-func (k kvTokens) CheckRegistrationToken(ctx context.Context, token string) (registration.Grant, error) {
+func (k kvTokens) CheckRegistrationToken(ctx context.Context, token string) (tunnel.Grant, error) {
 	sum := sha256.Sum256([]byte(token))
 	b, err := k.store.KV().Load(ctx, regTokenKey(hex.EncodeToString(sum[:])))
 	if errors.Is(err, fs.ErrNotExist) {
-		return registration.Grant{}, registration.ErrTokenUnknown
+		return tunnel.Grant{}, tunnel.ErrTokenUnknown
 	}
 	if err != nil {
-		return registration.Grant{}, err
+		return tunnel.Grant{}, err
 	}
 	var rec regTokenRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return registration.Grant{}, fmt.Errorf("registration token record: %w", err)
+		return tunnel.Grant{}, fmt.Errorf("registration token record: %w", err)
 	}
 	if rec.Revoked {
-		return registration.Grant{}, registration.ErrTokenRevoked
+		return tunnel.Grant{}, tunnel.ErrTokenRevoked
 	}
 	if f, err := k.store.Fleets().Get(rec.Fleet); err != nil || f.Project != rec.Project {
-		return registration.Grant{}, fmt.Errorf("%w: its fleet %q is gone", registration.ErrTokenUnknown, rec.Fleet)
+		return tunnel.Grant{}, fmt.Errorf("%w: its fleet %q is gone", tunnel.ErrTokenUnknown, rec.Fleet)
 	}
-	return registration.Grant{Fleet: rec.Fleet, TokenID: rec.ID}, nil
+	return tunnel.Grant{Fleet: rec.Fleet, TokenID: rec.ID}, nil
 }
 
 // startRegistration listens for agent tunnels on Options.RegistrationListen.
@@ -93,16 +92,16 @@ func (s *Server) startRegistration() error {
 	if err != nil {
 		return err
 	}
-	s.registration = &registration.Acceptor{Tokens: kvTokens{s.store}, Hosts: &storeHosts{s: s}, Logger: s.log,
+	s.registration = &tunnel.Acceptor{Tokens: kvTokens{s.store}, Hosts: &storeHosts{s: s}, Logger: s.log,
 		KeepaliveInterval: s.opts.SSHHealth.KeepaliveInterval,
-		OnConnect: func(a *registration.Agent) {
+		OnConnect: func(a *tunnel.Agent) {
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
 				s.registerTunnelAgent(a)
 			}()
 		},
-		OnDisconnect: func(a *registration.Agent) {
+		OnDisconnect: func(a *tunnel.Agent) {
 			if s.ctx.Err() != nil || s.registration.Agent(a.Fleet, a.Host) != nil {
 				return // the server is closing, or a newer tunnel of the host replaced this one
 			}
@@ -137,8 +136,8 @@ func (s *Server) startRegistration() error {
 }
 
 // registerTunnelAgent records a registered host as an instance.
-func (s *Server) registerTunnelAgent(a *registration.Agent) {
-	cl, err := agentclient.New(registration.BaseURL, a.Token, a.HTTPClient())
+func (s *Server) registerTunnelAgent(a *tunnel.Agent) {
+	cl, err := agentclient.New(tunnel.BaseURL, a.Token, a.HTTPClient())
 	if err != nil {
 		s.log.Warn().Err(err).Str("fleet", a.Fleet).Str("host", a.Host).Msg("register tunnel agent")
 		a.Close()

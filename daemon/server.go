@@ -13,7 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gpud.dev/gpud/plugins/registration"
+	"gpud.dev/gpud/agent/tunnel"
 	"gpud.dev/gpud/plugins/sshfleet"
 	"gpud.dev/gpud/sched"
 	"gpud.dev/gpud/store"
@@ -126,7 +126,7 @@ type Server struct {
 	agents agentSet
 	ssh    sshHosts
 	// registration accepts agent tunnels (nil when off).
-	registration     *registration.Acceptor
+	registration     *tunnel.Acceptor
 	registrationHTTP *http.Server
 	registrationURL  string
 	working          tracker

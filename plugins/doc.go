@@ -7,11 +7,13 @@
 //     (keys, per-host user/port/identity, proxy_jump, host keys pinned on
 //     first use), upload gpud, start `gpud agent` on a unix socket, and
 //     reach it only through the SSH connection; health checks; blocks.
-//   - plugins/registration: bare-metal registration — accept agents that
-//     dial in over TLS with a per-fleet, revocable token, multiplexed with
-//     yamux (the agent side is agent/tunnel).
+//
+// Bare-metal registration (agents that dial in over TLS with a per-fleet,
+// revocable token, multiplexed with yamux) is the other transport; both of
+// its ends live in agent/tunnel, as the agent dials it, and
+// daemon/registration.go mounts its Acceptor.
 //
 // plugins and its sub-packages must not import daemon (the server wires
 // them) nor store or sched: persistence is reached through small
-// interfaces (HostKeyStore, TokenChecker) the server implements.
+// interfaces (HostKeyStore) the server implements.
 package plugins

@@ -1,11 +1,16 @@
-// Package tunnel is the agent side of bare-metal registration: `gpud agent
-// --server URL --token T` dials the server over TLS, upgrades the HTTP
-// connection to the gpud tunnel protocol with its registration token, and
-// then serves the agent API to the server over that one connection,
-// multiplexed with yamux. The agent needs no open port, so hosts behind NAT
-// join. The server side is plugins/registration.
+// Package tunnel is bare-metal registration, both ends of it. The agent's
+// end (Serve, Dial): `gpud agent --server URL` dials the server over TLS,
+// presents its host key (LoadOrCreateKey), upgrades the HTTP connection to
+// the gpud tunnel protocol with the fleet's registration token, and then
+// serves the agent API to the server over that one connection,
+// multiplexed with yamux. The agent needs no open port, so hosts behind
+// NAT join. The server's end (Acceptor, accept.go) checks the token and
+// the key, and hands the server an http.RoundTripper to each host's agent.
+// The wire protocol (ConnectPath, Protocol, the headers, SessionConfig)
+// is defined once, here.
 //
-// tunnel must not import daemon, store, sched, plugins or proxy.
+// tunnel must not import daemon, store, sched, plugins or proxy: the
+// server reaches its store through TokenChecker and HostBinder.
 package tunnel
 
 import (
@@ -27,7 +32,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Protocol constants shared with the server side (plugins/registration).
+// Protocol constants both ends share.
 const (
 	// ConnectPath is the server endpoint agents upgrade.
 	ConnectPath = "/api/v1/agents/connect"
@@ -204,7 +209,8 @@ func SessionConfig(interval time.Duration) *yamux.Config {
 	return c
 }
 
-// bufferedConn reads what the upgrade's reader had already buffered first.
+// bufferedConn reads what a reader of the upgrade (the agent's response
+// reader, the server's hijacked one) had already buffered first.
 type bufferedConn struct {
 	net.Conn
 	r *bufio.Reader

@@ -1,25 +1,22 @@
-// Package registration is the server side of bare-metal registration:
-// an http.Handler for tunnel.ConnectPath that checks a fleet's
-// registration token, takes over the TLS connection, runs a yamux session
-// on it and hands the server one http.RoundTripper per registered host,
-// whose requests travel back to the agent over that connection. The agent
-// side is agent/tunnel.
+// The server's end of the tunnel: Acceptor is an http.Handler for
+// ConnectPath that checks a fleet's registration token, takes over the TLS
+// connection, runs a yamux session on it and hands the server one
+// http.RoundTripper per registered host, whose requests travel back to the
+// agent over that connection.
 //
-// Identity: the agent presents its host key (agent/tunnel.KeyFile) as the
-// TLS client certificate, so the handshake proves it holds the key. A
-// host name within a fleet is bound to the first key that registers it
+// Identity: the agent presents its host key (KeyFile) as the TLS client
+// certificate, so the handshake proves it holds the key. A host name
+// within a fleet is bound to the first key that registers it
 // (HostBinder); another key claiming that name is refused before anything
 // else happens, so it can never displace the host that holds the name.
 // The binder also assigns the host's instance id, which the agent never
-// chooses.
-//
-// registration must not import daemon, store or sched: tokens are checked
-// through TokenChecker and names bound through HostBinder, which the
-// server backs with its store.
-package registration
+// chooses. Tokens are checked through TokenChecker and names bound through
+// HostBinder, which the server backs with its store (daemon/registration.go,
+// daemon/hostkeys.go); Tokens and MemoryHosts keep them in memory.
+
+package tunnel
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -35,8 +32,6 @@ import (
 
 	"github.com/hashicorp/yamux"
 	"github.com/rs/zerolog"
-
-	"gpud.dev/gpud/agent/tunnel"
 )
 
 // Errors a TokenChecker returns for tokens that must not register.
@@ -61,7 +56,7 @@ type HostClaim struct {
 	Grant Grant
 	// Host is the registered name, lower case (see validHost).
 	Host string
-	// Key is the fingerprint of the proved key (tunnel.Fingerprint).
+	// Key is the fingerprint of the proved key (Fingerprint).
 	Key        string
 	RemoteAddr string
 }
@@ -89,7 +84,7 @@ func (m *MemoryHosts) BindHost(_ context.Context, c HostClaim) (string, error) {
 	if m.keys == nil {
 		m.keys = map[string]string{}
 	}
-	k := key(c.Grant.Fleet, c.Host)
+	k := fleetHost(c.Grant.Fleet, c.Host)
 	if have, ok := m.keys[k]; ok && have != c.Key {
 		return "", fmt.Errorf("host %q: %w", c.Host, ErrHostKeyMismatch)
 	}
@@ -222,7 +217,7 @@ func (a *Agent) Close() error {
 	return a.session.Close()
 }
 
-// Acceptor accepts agent tunnels. Mount it at tunnel.ConnectPath on the
+// Acceptor accepts agent tunnels. Mount it at ConnectPath on the
 // server's TLS listener. All methods are safe for concurrent use.
 type Acceptor struct {
 	Tokens TokenChecker
@@ -245,8 +240,8 @@ type Acceptor struct {
 
 // ServeHTTP validates the token and upgrades the connection.
 func (ac *Acceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet || !strings.EqualFold(r.Header.Get("Upgrade"), tunnel.Protocol) {
-		http.Error(w, "expected an Upgrade: "+tunnel.Protocol+" request from `gpud agent --server`", http.StatusBadRequest)
+	if r.Method != http.MethodGet || !strings.EqualFold(r.Header.Get("Upgrade"), Protocol) {
+		http.Error(w, "expected an Upgrade: "+Protocol+" request from `gpud agent --server`", http.StatusBadRequest)
 		return
 	}
 	if r.TLS == nil {
@@ -254,7 +249,7 @@ func (ac *Acceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	host, agentToken := r.Header.Get(tunnel.HeaderHost), r.Header.Get(tunnel.HeaderAgentToken)
+	host, agentToken := r.Header.Get(HeaderHost), r.Header.Get(HeaderAgentToken)
 	if !ok || token == "" || host == "" || agentToken == "" {
 		http.Error(w, "a registration token, a host name and an agent token are required", http.StatusUnauthorized)
 		return
@@ -271,10 +266,10 @@ func (ac *Acceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(r.TLS.PeerCertificates) == 0 {
 		http.Error(w, "registration refused: the agent presented no host key; this server binds each host to the key in "+
-			"its data dir ("+tunnel.KeyFile+"), which gpud agent sends since this version: upgrade gpud on the host", http.StatusUnauthorized)
+			"its data dir ("+KeyFile+"), which gpud agent sends since this version: upgrade gpud on the host", http.StatusUnauthorized)
 		return
 	}
-	claim := HostClaim{Grant: grant, Host: host, Key: tunnel.Fingerprint(r.TLS.PeerCertificates[0]), RemoteAddr: r.RemoteAddr}
+	claim := HostClaim{Grant: grant, Host: host, Key: Fingerprint(r.TLS.PeerCertificates[0]), RemoteAddr: r.RemoteAddr}
 	hosts := ac.Hosts
 	if hosts == nil {
 		hosts = &ac.memHosts
@@ -295,7 +290,7 @@ func (ac *Acceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conn.SetDeadline(time.Time{}) // the server's timeouts must not end the tunnel
-	if _, err := brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + tunnel.Protocol + "\r\n\r\n"); err == nil {
+	if _, err := brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + Protocol + "\r\n\r\n"); err == nil {
 		err = brw.Flush()
 	}
 	if err != nil {
@@ -304,13 +299,13 @@ func (ac *Acceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var rw net.Conn = conn
 	if brw.Reader.Buffered() > 0 {
-		rw = &readerConn{Conn: conn, r: brw.Reader}
+		rw = &bufferedConn{Conn: conn, r: brw.Reader}
 	}
 	interval := ac.KeepaliveInterval
 	if interval == 0 {
 		interval = 5 * time.Second
 	}
-	session, err := yamux.Client(rw, tunnel.SessionConfig(interval))
+	session, err := yamux.Client(rw, SessionConfig(interval))
 	if err != nil {
 		conn.Close()
 		return
@@ -325,7 +320,7 @@ func (ac *Acceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	go ac.watch(a)
 }
 
-func key(fleet, host string) string { return fleet + "/" + host }
+func fleetHost(fleet, host string) string { return fleet + "/" + host }
 
 // add registers a, replacing (and closing) an older tunnel of the host:
 // the binder has already checked that a holds the same key, so this is
@@ -335,8 +330,8 @@ func (ac *Acceptor) add(a *Agent) {
 	if ac.agents == nil {
 		ac.agents = map[string]*Agent{}
 	}
-	old := ac.agents[key(a.Fleet, a.Host)]
-	ac.agents[key(a.Fleet, a.Host)] = a
+	old := ac.agents[fleetHost(a.Fleet, a.Host)]
+	ac.agents[fleetHost(a.Fleet, a.Host)] = a
 	ac.mu.Unlock()
 	if old != nil {
 		old.Close()
@@ -352,9 +347,9 @@ func (ac *Acceptor) watch(a *Agent) {
 	<-a.Done()
 	a.transport.CloseIdleConnections()
 	ac.mu.Lock()
-	current := ac.agents[key(a.Fleet, a.Host)] == a
+	current := ac.agents[fleetHost(a.Fleet, a.Host)] == a
 	if current {
-		delete(ac.agents, key(a.Fleet, a.Host))
+		delete(ac.agents, fleetHost(a.Fleet, a.Host))
 	}
 	ac.mu.Unlock()
 	ac.Logger.Info().Str("fleet", a.Fleet).Str("host", a.Host).Bool("replaced", !current).Msg("agent tunnel closed")
@@ -367,7 +362,7 @@ func (ac *Acceptor) watch(a *Agent) {
 func (ac *Acceptor) Agent(fleet, host string) *Agent {
 	ac.mu.Lock()
 	defer ac.mu.Unlock()
-	return ac.agents[key(fleet, host)]
+	return ac.agents[fleetHost(fleet, host)]
 }
 
 // Agents lists the connected hosts.
@@ -407,11 +402,3 @@ func (ac *Acceptor) DropFleet(fleet string) int {
 	}
 	return n
 }
-
-// readerConn reads bytes the hijacked reader had buffered first.
-type readerConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c *readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }

@@ -1,4 +1,4 @@
-package registration
+package tunnel
 
 import (
 	"context"
@@ -20,7 +20,6 @@ import (
 	"gpud.dev/gpud/agent/client"
 	"gpud.dev/gpud/agent/gpu"
 	"gpud.dev/gpud/agent/server"
-	"gpud.dev/gpud/agent/tunnel"
 	"gpud.dev/gpud/internal/testutil"
 )
 
@@ -30,7 +29,7 @@ func testServer(t testing.TB) (*Acceptor, *Tokens, *httptest.Server, *tls.Config
 	tokens := &Tokens{}
 	ac := &Acceptor{Tokens: tokens, KeepaliveInterval: 200 * time.Millisecond, Logger: zerolog.Nop()}
 	mux := http.NewServeMux()
-	mux.Handle(tunnel.ConnectPath, ac)
+	mux.Handle(ConnectPath, ac)
 	srv := httptest.NewUnstartedServer(mux)
 	// As the server does: ask for the agent's host key, and let the
 	// acceptor refuse an agent without one with a message.
@@ -69,7 +68,7 @@ func agentHandler(t *testing.T, token string) http.Handler {
 	return h
 }
 
-// runAgent runs tunnel.Serve in the background with a new host key; its
+// runAgent runs Serve in the background with a new host key; its
 // result arrives on the returned channel.
 func runAgent(t *testing.T, serverURL string, tcfg *tls.Config, regToken, host string) <-chan error {
 	t.Helper()
@@ -79,7 +78,7 @@ func runAgent(t *testing.T, serverURL string, tcfg *tls.Config, regToken, host s
 // hostKey is a new agent's host key, as `gpud agent` makes it.
 func hostKey(t testing.TB) tls.Certificate {
 	t.Helper()
-	key, err := tunnel.LoadOrCreateKey(t.TempDir())
+	key, err := LoadOrCreateKey(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,11 +90,11 @@ func runAgentWithKey(t *testing.T, serverURL string, tcfg *tls.Config, regToken,
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	cfg := tunnel.Config{ServerURL: serverURL, Token: regToken, Host: host, AgentToken: "agent-" + host,
+	cfg := Config{ServerURL: serverURL, Token: regToken, Host: host, AgentToken: "agent-" + host,
 		Handler: agentHandler(t, "agent-"+host), TLS: tcfg, KeepaliveInterval: 200 * time.Millisecond,
 		MaxBackoff: 200 * time.Millisecond, Logger: zerolog.Nop(), Key: key}
 	finished := make(chan struct{})
-	go func() { done <- tunnel.Serve(ctx, cfg); close(finished) }()
+	go func() { done <- Serve(ctx, cfg); close(finished) }()
 	t.Cleanup(func() { cancel(); <-finished })
 	return done
 }
@@ -116,7 +115,7 @@ func waitRejected(t *testing.T, done <-chan error) {
 	t.Helper()
 	select {
 	case err := <-done:
-		if !errors.Is(err, tunnel.ErrRejected) {
+		if !errors.Is(err, ErrRejected) {
 			t.Fatalf("agent ended with %v, want ErrRejected", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -192,7 +191,7 @@ func TestRefusedTokensCannotRegister(t *testing.T) {
 		}},
 		{"no TLS", func(t *testing.T, _ *Acceptor, tokens *Tokens, _ *httptest.Server, _ *tls.Config) {
 			tok, _, _ := tokens.Issue("f")
-			err := tunnel.Serve(context.Background(), tunnel.Config{ServerURL: "http://127.0.0.1:1", Token: tok,
+			err := Serve(context.Background(), Config{ServerURL: "http://127.0.0.1:1", Token: tok,
 				AgentToken: "x", Handler: http.NotFoundHandler(), Key: hostKey(t)})
 			if err == nil {
 				t.Fatal("the agent registered over plain HTTP")
@@ -299,15 +298,15 @@ func TestAHostNameIsBoundToTheFirstKeyThatRegistersIt(t *testing.T) {
 	key := hostKey(t)
 	runAgentWithKey(t, srv.URL, tcfg, tok, "node-a", key)
 	first := waitAgent(t, ac, "f", "node-a")
-	if first.Key != tunnel.Fingerprint(key.Leaf) || first.Instance == "" {
-		t.Fatalf("registered with key %q, instance %q; want the agent's key %q and an assigned instance", first.Key, first.Instance, tunnel.Fingerprint(key.Leaf))
+	if first.Key != Fingerprint(key.Leaf) || first.Instance == "" {
+		t.Fatalf("registered with key %q, instance %q; want the agent's key %q and an assigned instance", first.Key, first.Instance, Fingerprint(key.Leaf))
 	}
 
 	for _, name := range []string{"node-a", "NODE-A"} {
 		done := runAgent(t, srv.URL, tcfg, tok, name)
 		select {
 		case err := <-done:
-			if !errors.Is(err, tunnel.ErrRejected) || !strings.Contains(err.Error(), "another key") {
+			if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "another key") {
 				t.Fatalf("impostor %q ended with %v; want ErrRejected saying the name has another key", name, err)
 			}
 		case <-time.After(10 * time.Second):
@@ -348,8 +347,8 @@ func TestAHostNameIsBoundToTheFirstKeyThatRegistersIt(t *testing.T) {
 		{"no host key", "node-k", "presented no host key", tls.Certificate{}},
 		{"a path as host name", "../etc", "host name", hostKey(t)},
 	} {
-		_, err := tunnel.Dial(context.Background(), u, tunnel.Config{Token: tok, Host: tt.host, AgentToken: "x", TLS: tcfg, Key: tt.key})
-		if !errors.Is(err, tunnel.ErrRejected) || !strings.Contains(err.Error(), tt.want) {
+		_, err := Dial(context.Background(), u, Config{Token: tok, Host: tt.host, AgentToken: "x", TLS: tcfg, Key: tt.key})
+		if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v; want ErrRejected saying %q", tt.name, err, tt.want)
 		}
 	}

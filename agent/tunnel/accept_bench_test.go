@@ -1,4 +1,4 @@
-package registration
+package tunnel
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gpud.dev/gpud/agent/tunnel"
 	"gpud.dev/gpud/internal/testutil"
 )
 
@@ -18,7 +17,7 @@ import (
 // with n agents connected over TLS + yamux to one acceptor. Both ends run
 // in this process, so the figure is an upper bound of the server's share.
 //
-//	go test -run '^$' -bench MemoryPerRegisteredHost -benchtime 1x ./plugins/registration/
+//	go test -run '^$' -bench MemoryPerRegisteredHost -benchtime 1x ./agent/tunnel/
 func BenchmarkMemoryPerRegisteredHost(b *testing.B) {
 	const n = 50
 	var perHost float64
@@ -35,8 +34,8 @@ func BenchmarkMemoryPerRegisteredHost(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
 		for i := range n {
-			cfg := tunnel.Config{ServerURL: srv.URL, Token: tok, Host: fmt.Sprint("h", i), AgentToken: "x", Handler: ok, TLS: tcfg, Logger: zerolog.Nop(), Key: key}
-			go tunnel.Serve(ctx, cfg)
+			cfg := Config{ServerURL: srv.URL, Token: tok, Host: fmt.Sprint("h", i), AgentToken: "x", Handler: ok, TLS: tcfg, Logger: zerolog.Nop(), Key: key}
+			go Serve(ctx, cfg)
 		}
 		testutil.Eventually(b, 30*time.Second, func() error {
 			if got := len(ac.Agents()); got != n {
