@@ -15,6 +15,7 @@ import (
 
 	"gpud.dev/gpud/agent/runtime"
 	"gpud.dev/gpud/agent/runtime/docker"
+	"gpud.dev/gpud/agent/runtime/mixed"
 	"gpud.dev/gpud/agent/runtime/process"
 	"gpud.dev/gpud/api"
 )
@@ -24,6 +25,9 @@ const (
 	RuntimeAuto    = "auto"
 	RuntimeDocker  = "docker"
 	RuntimeProcess = "process"
+	// RuntimeMixed runs jobs with an image in Docker and image-less ones
+	// as processes (agent/runtime/mixed); without Docker, processes alone.
+	RuntimeMixed = "mixed"
 )
 
 // DefaultProcessUser is the user the process runtime runs jobs as when the
@@ -32,7 +36,7 @@ const DefaultProcessUser = "nobody"
 
 // RuntimeOptions chooses and configures the job runtime.
 type RuntimeOptions struct {
-	Kind    string // auto (default), docker or process
+	Kind    string // auto (default), docker, process or mixed
 	DataDir string
 	AgentID string
 	// ProcessUser is whom the process runtime runs jobs as (see
@@ -81,39 +85,62 @@ func processRunAs(user string, ownUserAllowed bool, euid int) (string, error) {
 	return user, nil
 }
 
-// OpenRuntime opens the runtime of the given kind. Auto uses Docker when
-// the engine answers within a few seconds and otherwise falls back to the
-// process runtime, logging why. The DockerInfo says whether Docker is usable
-// either way.
+// OpenRuntime opens the runtime of the given kind, with no policy of its
+// own (OpenHostRuntime applies one). Auto uses Docker when the engine
+// answers within a few seconds and otherwise falls back to the process
+// runtime, logging why; mixed is Docker and the process runtime side by
+// side (mixed.Runtime), or the process runtime alone, logged, without
+// Docker. The DockerInfo says whether Docker is usable either way.
 func OpenRuntime(ctx context.Context, o RuntimeOptions) (runtime.Runtime, api.DockerInfo, error) {
 	kind := o.Kind
 	if kind == "" {
 		kind = RuntimeAuto
 	}
 	var info api.DockerInfo
-	if kind == RuntimeDocker || kind == RuntimeAuto {
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		d, err := docker.New(dctx, docker.Config{AgentID: o.AgentID, DataDir: filepath.Join(o.DataDir, "docker")})
-		cancel()
-		if err == nil {
-			v, apiv := d.EngineVersion()
-			return d, api.DockerInfo{Usable: true, Version: v, APIVersion: apiv}, nil
-		}
-		if kind == RuntimeDocker {
+	if kind == RuntimeDocker || kind == RuntimeAuto || kind == RuntimeMixed {
+		d, dinfo, err := openDocker(ctx, o)
+		info = dinfo
+		switch {
+		case err == nil && kind == RuntimeMixed:
+			p, err := openProcess(o)
+			if err != nil {
+				return nil, info, errors.Join(fmt.Errorf("process runtime: %w", err), d.Close())
+			}
+			return mixed.New(d, p), info, nil
+		case err == nil:
+			return d, info, nil
+		case kind == RuntimeDocker:
 			return nil, info, err
 		}
-		info.Error = err.Error()
 		o.Logger.Warn().Err(err).Str("process_user", o.ProcessUser).Msg("Docker is not reachable: falling back to the process runtime (commands run directly on the host, no image)")
 	}
-	if kind != RuntimeAuto && kind != RuntimeProcess {
-		return nil, info, fmt.Errorf("runtime %q: use docker, process or auto", kind)
+	if kind != RuntimeAuto && kind != RuntimeProcess && kind != RuntimeMixed {
+		return nil, info, fmt.Errorf("runtime %q: use docker, process, mixed or auto", kind)
 	}
-	p, err := process.New(process.Config{DataDir: filepath.Join(o.DataDir, "jobs"), AgentID: o.AgentID,
-		ShimCommand: o.ShimCommand, RunAs: o.ProcessUser, WorkRoot: o.ProcessWorkRoot})
+	p, err := openProcess(o)
 	if err != nil {
 		return nil, info, err
 	}
 	return p, info, nil
+}
+
+// openDocker connects to the engine within a few seconds. Its DockerInfo
+// carries the engine's version, or the error when it did not answer.
+func openDocker(ctx context.Context, o RuntimeOptions) (*docker.Runtime, api.DockerInfo, error) {
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	d, err := docker.New(dctx, docker.Config{AgentID: o.AgentID, DataDir: filepath.Join(o.DataDir, "docker")})
+	if err != nil {
+		return nil, api.DockerInfo{Error: err.Error()}, err
+	}
+	v, apiv := d.EngineVersion()
+	return d, api.DockerInfo{Usable: true, Version: v, APIVersion: apiv}, nil
+}
+
+// openProcess opens the process runtime, its jobs' files under DataDir/jobs.
+func openProcess(o RuntimeOptions) (*process.Runtime, error) {
+	return process.New(process.Config{DataDir: filepath.Join(o.DataDir, "jobs"), AgentID: o.AgentID,
+		ShimCommand: o.ShimCommand, RunAs: o.ProcessUser, WorkRoot: o.ProcessWorkRoot})
 }
 
 // LoadOrCreateToken returns the agent's API token from dataDir/token,

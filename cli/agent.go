@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -37,7 +38,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "token", Usage: "API bearer token (default: DATA_DIR/token, created on first start); with --server the fleet's registration token. Prefer the environment variable or --token-file: a flag's value shows in ps", EnvVars: []string{"GPUD_AGENT_TOKEN"}},
 			&cli.StringFlag{Name: "token-file", Usage: "read the token (see --token) from this file (keep it mode 0600)", EnvVars: []string{"GPUD_AGENT_TOKEN_FILE"}},
 			&cli.StringFlag{Name: "hostname", Usage: "with --server: the name to register this host under (default: the hostname)", EnvVars: []string{"GPUD_AGENT_HOSTNAME"}},
-			&cli.StringFlag{Name: "runtime", Value: agent.RuntimeAuto, Usage: "docker, process, or auto (docker when reachable, else process)"},
+			&cli.StringFlag{Name: "runtime", Value: agent.RuntimeAuto, Usage: "docker, process, mixed (jobs with an image in Docker, image-less ones as processes; process alone without Docker), or auto (docker when reachable, else process)"},
 			&cli.StringFlag{Name: "process-user", Value: agent.DefaultProcessUser, Usage: "process runtime on a root agent: the unprivileged user jobs run as (an agent that is not root runs them as itself)", EnvVars: []string{"GPUD_AGENT_PROCESS_USER"}},
 			&cli.StringFlag{Name: "process-work-dir", Usage: "process runtime: where each job gets a fresh working directory (default /var/tmp/gpud-work-<hash>)"},
 			&cli.StringFlag{Name: "server", Usage: "register with the server at this https:// URL instead of listening (the token, from GPUD_AGENT_TOKEN or --token-file, is then the fleet's registration token); see docs/fleets.md", EnvVars: []string{"GPUD_SERVER"}},
@@ -128,62 +129,40 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := zerolog.Ctx(ctx).With().Str("component", "agent").Logger()
-	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
-		return fmt.Errorf("agent: data dir: %w", err)
-	}
 	token := f.token
 	if f.server != "" {
 		token = "" // --token registers; the API token is the data dir's, sent over TLS
 	}
-	if token == "" {
-		var err error
-		if token, err = agent.LoadOrCreateToken(f.dataDir); err != nil {
-			return err
-		}
-	}
 	// The agent runs jobs for a server: as root, its process runtime runs
 	// them as an unprivileged user; otherwise as the agent's own user.
-	processUser, err := agent.ProcessRunAs(f.processUser, true)
+	h, err := server.OpenHost(ctx, server.HostConfig{DataDir: f.dataDir, AgentID: f.agentID, Runtime: f.runtime,
+		Policy:          agent.RunPolicy{ProcessUser: f.processUser, ProcessAsOwnUser: true},
+		ProcessWorkRoot: f.processWorkDir, FakeGPUs: f.fakeGPUs, Token: token, Version: version, Logger: log})
+	if runAs := (*agent.RunAsError)(nil); errors.As(err, &runAs) {
+		return usageError(runAs)
+	}
 	if err != nil {
-		return usageError(err)
+		return fmt.Errorf("agent: %w", err)
 	}
-	if processUser == "" && f.runtime != agent.RuntimeDocker {
-		log.Warn().Int("uid", os.Geteuid()).Msg("this agent is not root: process-runtime jobs run as its own user and can read its data dir")
-	}
-	rt, dockerInfo, err := agent.OpenRuntime(ctx, agent.RuntimeOptions{Kind: f.runtime, DataDir: f.dataDir, AgentID: f.agentID, Logger: log,
-		ProcessUser: processUser, ProcessWorkRoot: f.processWorkDir})
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	gpus, err := gpu.Open(ctx, gpu.Options{Fake: f.fakeGPUs})
-	if err != nil {
-		return fmt.Errorf("agent: accelerators: %w", err)
-	}
-	defer gpus.Close()
-	a, err := agent.New(ctx, agent.Config{DataDir: f.dataDir, Runtime: rt, GPUs: gpus, Docker: dockerInfo, Version: version, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	h, err := server.New(a, token, log)
-	if err != nil {
-		return err
-	}
+	defer func() {
+		if cerr := h.Close(); cerr != nil {
+			log.Warn().Err(cerr).Msg("agent close")
+		}
+	}()
 	if f.server != "" {
-		cfg, err := tunnel.NewConfig(tunnel.Flags{Server: f.server, ServerCA: f.serverCA, Token: f.token, DataDir: f.dataDir, Host: f.hostname}, token, h, log)
+		cfg, err := tunnel.NewConfig(tunnel.Flags{Server: f.server, ServerCA: f.serverCA, Token: f.token, DataDir: f.dataDir, Host: f.hostname}, h.Token, h.Handler, log)
 		if err != nil {
 			return usageError(err)
 		}
-		log.Info().Str("server", f.server).Str("runtime", rt.Name()).Str("data_dir", f.dataDir).Msg("agent registering")
+		log.Info().Str("server", f.server).Str("runtime", h.RuntimeName()).Str("data_dir", f.dataDir).Msg("agent registering")
 		return tunnel.Serve(ctx, cfg)
 	}
 	l, err := server.Listen(f.listen)
 	if err != nil {
 		return err
 	}
-	log.Info().Str("listen", f.listen).Str("runtime", rt.Name()).Str("data_dir", f.dataDir).Msg("agent serving")
-	return server.Serve(ctx, l, h)
+	log.Info().Str("listen", f.listen).Str("runtime", h.RuntimeName()).Str("data_dir", f.dataDir).Msg("agent serving")
+	return h.Serve(ctx, l)
 }
 
 func runInventory(ctx context.Context, fake string, asJSON bool, w io.Writer) error {

@@ -12,7 +12,6 @@ import (
 
 	"gpud.dev/gpud/agent"
 	agentclient "gpud.dev/gpud/agent/client"
-	"gpud.dev/gpud/agent/gpu"
 	agentserver "gpud.dev/gpud/agent/server"
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
@@ -73,92 +72,123 @@ func (a *agentSet) all() []*agentLink {
 }
 
 // localAgent is the in-process agent of `gpud serve` and the embedded
-// default, served on a unix socket (see localSocketPath) so the server drives it
+// default: the same assembly as `gpud agent` (agentserver.OpenHost),
+// served on a unix socket (see localSocketPath) so the server drives it
 // through the same client as any remote agent.
 type localAgent struct {
 	// instance is the local host's instance id.
 	instance string
 	agent    *agent.Agent
-	gpus     gpu.Source
-	http     *http.Server
 	// socket is the unix socket the agent's API is served on; id labels
 	// its containers (see localAgentID).
 	socket, id string
 	close      func() error
 }
 
-// startLocalAgent opens the runtime (openLocalRuntime: Docker, or the
-// process runtime the admin chose, running jobs as an unprivileged user;
-// the embedded server's processes run as the invoking user), the agent
-// and its API, and registers the host as an instance of the local fleet.
-func (s *Server) startLocalAgent(ctx context.Context) error {
+// localHostConfig is the local agent's assembly under the server's
+// options (issue 11, docs/security.md): on `gpud serve` user code never
+// runs with the server's privileges — every job runs in Docker (image-less
+// ones get Options.DefaultImage upstream), a job fails with the fix when
+// Docker does not answer, privileged jobs are refused unless
+// Options.AllowPrivileged, and the process runtime is the admin's opt-in
+// that runs jobs as Options.ProcessUser (agent.RunPolicy.ServerHost). The
+// embedded laptop mode (Options.Embedded) runs image-less jobs as
+// processes of the invoking user beside Docker (agent.RuntimeMixed).
+func (s *Server) localHostConfig(dir, id, token string) agentserver.HostConfig {
+	cfg := agentserver.HostConfig{DataDir: dir, AgentID: id, Runtime: s.opts.Runtime, FakeGPUs: s.opts.FakeGPUs,
+		ProcessWorkRoot: s.opts.ProcessWorkRoot, ShimCommand: s.opts.ShimCommand, Token: token, Version: s.opts.Version, Logger: s.log}
+	if s.opts.Embedded {
+		cfg.Policy = agent.RunPolicy{InvokingUser: true}
+		if cfg.Runtime == "" {
+			cfg.Runtime = agent.RuntimeMixed
+		}
+		return cfg
+	}
+	cfg.Policy = agent.RunPolicy{ServerHost: true, AllowPrivileged: s.opts.AllowPrivileged,
+		ProcessUser: s.opts.ProcessUser, ProcessAsOwnUser: s.opts.ProcessAsServerUser}
+	return cfg
+}
+
+// startLocalAgent opens the local agent (localHostConfig) with a fresh API
+// token that no file holds, serves it on its unix socket and registers the
+// host as an instance of the local fleet.
+func (s *Server) startLocalAgent(ctx context.Context) (err error) {
 	dir := filepath.Join(s.opts.DataDir, "agent")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("local agent: %w", err)
+	}
+	// The server's data dir holds the state key: no other user, a process
+	// job included, may enter it, whatever mode an existing one had. The
+	// agent's own dir is OpenHost's to make private.
+	if err := os.Chmod(s.opts.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
 	}
 	id, err := localAgentID(s.opts.DataDir, dir)
 	if err != nil {
 		return err
 	}
-	rt, dinfo, err := s.openLocalRuntime(ctx, dir, id)
-	if err != nil {
-		return fmt.Errorf("local agent runtime: %w", err)
-	}
-	src, err := gpu.Open(ctx, gpu.Options{Fake: s.opts.FakeGPUs})
-	if err != nil {
-		return fmt.Errorf("local agent accelerators: %w", err)
-	}
-	a, err := agent.New(ctx, agent.Config{DataDir: dir, Runtime: rt, GPUs: src, Docker: dinfo, Version: s.opts.Version, Logger: s.log})
-	if err != nil {
-		_ = src.Close()
-		return fmt.Errorf("local agent: %w", err)
-	}
 	token, err := store.NewToken()
 	if err != nil {
 		return err
 	}
-	h, err := agentserver.New(a, token, s.log)
+	h, err := agentserver.OpenHost(ctx, s.localHostConfig(dir, id, token))
 	if err != nil {
-		return err
+		return fmt.Errorf("local agent: %w", err)
 	}
 	sock, err := localSocketPath(s.opts.DataDir, dir)
-	if err != nil {
-		return err
+	if err == nil {
+		err = s.serveLocalAgent(h, sock, id)
 	}
-	ln, err := sock.listen()
 	if err != nil {
-		return err
+		return errors.Join(err, h.Close())
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
+	defer func() {
+		if err != nil {
+			// The server does not start: stop serving and close the agent
+			// (its jobs keep running for the next start to adopt).
+			err = errors.Join(err, s.local.close())
+			s.local = nil
+		}
+	}()
+	host, err := h.Agent.Host(ctx)
+	if err != nil {
+		return fmt.Errorf("local agent host info: %w", err)
+	}
+	s.log.Info().Str("runtime", h.RuntimeName()).Str("gpus", fmt.Sprint(len(host.Accelerators.Devices))).Msg("local agent started")
+	s.local.instance = "local-" + sanitize(host.Hostname)
 	cl, err := agentclient.New("unix://"+sock.path, token, nil)
 	if err != nil {
 		return err
 	}
-	s.local = &localAgent{agent: a, gpus: src, http: hs, socket: sock.path, id: id, close: func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		err := hs.Shutdown(sctx)
-		if errors.Is(err, context.DeadlineExceeded) {
-			// A stream the server's side already abandoned (a log follow,
-			// a Wait) can outlive the grace on a loaded host; the server is
-			// leaving and its jobs keep running, so cut it rather than fail
-			// the shutdown.
-			err = hs.Close()
-		}
-		sock.remove()
-		if c, ok := rt.(interface{ Close() error }); ok {
-			err = errors.Join(err, c.Close())
-		}
-		return errors.Join(err, a.Close(), src.Close())
-	}}
-	host, err := a.Host(ctx)
-	if err != nil {
-		return fmt.Errorf("local agent host info: %w", err)
-	}
-	s.log.Info().Str("runtime", a.RuntimeName()).Str("gpus", fmt.Sprint(len(host.Accelerators.Devices))).Msg("local agent started")
-	s.local.instance = "local-" + sanitize(host.Hostname)
 	return s.registerInstance(ctx, localFleet, s.local.instance, "local", host, cl)
+}
+
+// serveLocalAgent serves h's API on sock until s.local.close, which stops
+// serving (open streams get the API's grace, then are cut: the server is
+// leaving and its jobs keep running), removes the socket and closes h.
+func (s *Server) serveLocalAgent(h *agentserver.Host, sock localSocket, id string) error {
+	ln, err := sock.listen()
+	if err != nil {
+		return err
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		err := h.Serve(sctx, ln)
+		if err != nil {
+			// Before close: the server's jobs on this host are unreachable
+			// until it restarts.
+			s.log.Error().Err(err).Msg("local agent API stopped")
+		}
+		served <- err
+	}()
+	s.local = &localAgent{agent: h.Agent, socket: sock.path, id: id, close: func() error {
+		stop()
+		err := <-served
+		sock.remove()
+		return errors.Join(err, h.Close())
+	}}
+	return nil
 }
 
 // registerInstance records (or refreshes) a host of fleet and links its agent.

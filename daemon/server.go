@@ -46,7 +46,7 @@ type Options struct {
 	FakeGPUs string
 	// Runtime forces the local agent's runtime: "docker", "process" (the
 	// admin's opt-in: jobs run as ProcessUser), or "" for Docker, whose
-	// absence fails each job with the fix (see openLocalRuntime).
+	// absence fails each job with the fix (see localHostConfig).
 	Runtime string
 	// Embedded is `gpud run` with no server (StartEmbedded): the laptop
 	// mode, where image-less runs execute as processes as the invoking

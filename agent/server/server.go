@@ -1,6 +1,12 @@
 // Package server serves the agent HTTP API (/api/v1, bearer-token auth)
 // and Prometheus /metrics for one *agent.Agent. The same handler is served
-// on TCP, on a unix socket, or through a forwarded SSH connection.
+// on TCP, on a unix socket, through a forwarded SSH connection or through
+// a registration tunnel.
+//
+// It also assembles a host's agent (OpenHost): the runtime under its
+// policy, the accelerators, the state and the API with its token. `gpud
+// agent` and the server's local agent are both opened there, so a remote
+// agent and the embedded one behave alike.
 //
 // server must not import daemon, store, sched, plugins or proxy.
 package server
