@@ -200,7 +200,12 @@ func (s *Server) registerInstance(ctx context.Context, fleet, id, backend string
 		// An id names one host of one fleet for good: a registration that
 		// would take over another fleet's or backend's instance (and its
 		// agent link, and the jobs placed on it) is refused.
-		if old, _ := decodeSpec[instanceState](rec); rec.Fleet != fleet || old.Backend != backend {
+		old, err := decodeSpec[instanceState](rec)
+		if err != nil {
+			// Without its backend the take-over check cannot be made.
+			return fmt.Errorf("register instance %s: the stored instance: %w", id, err)
+		}
+		if rec.Fleet != fleet || old.Backend != backend {
 			return fmt.Errorf("register instance %s: the id belongs to a %s host of fleet %q, not to a %s host of fleet %q", id, old.Backend, rec.Fleet, backend, fleet)
 		}
 		if rec.Status == store.InstanceBusy {
