@@ -73,7 +73,7 @@ func adminCommand() *cli.Command {
 							fmt.Fprintln(c.App.Writer, p)
 						}
 						if len(probs) > 0 {
-							return cli.Exit(fmt.Sprintf("check: %d problems", len(probs)), exitInvalidInput)
+							return invalidInputf("check: %d problems", len(probs))
 						}
 						fmt.Fprintln(c.App.Writer, "check: ok")
 						return nil

@@ -77,7 +77,7 @@ func agentCommand() *cli.Command {
 						return usageError(fmt.Errorf("agent shim: give the job directory"))
 					}
 					if code := process.RunShim(c.Args().First()); code != 0 {
-						return cli.Exit("", code)
+						return exitWith(code, "")
 					}
 					return nil
 				},

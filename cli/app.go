@@ -6,7 +6,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,12 +18,6 @@ import (
 
 // version is set at build time with -ldflags "-X gpud.dev/gpud/cli.version=...".
 var version = "dev"
-
-// Exit codes shared by every command.
-const (
-	exitInvalidInput = 1 // the input was read and is wrong
-	exitUsage        = 2 // the command line itself is wrong
-)
 
 // Main runs gpud with args (os.Args) on the process's standard streams and
 // returns the process exit code.
@@ -61,11 +54,14 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			c.Context = logger.WithContext(c.Context)
 			return nil
 		},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return usageError(err) },
+		OnUsageError: onUsageError,
 		// Errors are printed once, by exitCode, not by the library.
 		ExitErrHandler: func(*cli.Context, error) {},
 		Commands:       commands(),
 	}
+	// Setup adds the help command, so that a wrong flag of gpud help is a
+	// usage error too; it is one command shared by every level (gpud admin help).
+	app.Setup()
 	for _, cmd := range app.Commands {
 		setUsageErrors(cmd)
 	}
@@ -95,12 +91,27 @@ func commands() []*cli.Command {
 	}
 }
 
+// setUsageErrors makes a flag the command line cannot parse a usageErr, in
+// cmd and every command below it. The help command is one value shared by
+// every level, and lists itself as its own subcommand once it ran.
 func setUsageErrors(cmd *cli.Command) {
-	cmd.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError(err) }
-	for _, sub := range cmd.Subcommands {
-		setUsageErrors(sub)
+	seen := map[*cli.Command]bool{}
+	var walk func(*cli.Command)
+	walk = func(cmd *cli.Command) {
+		if seen[cmd] {
+			return
+		}
+		seen[cmd] = true
+		cmd.OnUsageError = onUsageError
+		for _, sub := range cmd.Subcommands {
+			walk(sub)
+		}
 	}
+	walk(cmd)
 }
+
+// onUsageError is every command's OnUsageError: a wrong flag is a usageErr.
+func onUsageError(_ *cli.Context, err error, _ bool) error { return usageError(err) }
 
 // newLogger builds the one zerolog logger of the process; commands take it
 // from their context with zerolog.Ctx.
@@ -117,29 +128,4 @@ func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 		return zerolog.Logger{}, fmt.Errorf("--log-format %q: use console or json", format)
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
-}
-
-// usageErr marks an error in the command line itself (exit code 2).
-type usageErr struct{ error }
-
-func usageError(err error) error { return usageErr{err} }
-
-// exitCode prints err once and maps it to the process exit code.
-func exitCode(err error, stderr io.Writer) int {
-	var ue usageErr
-	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "gpud: %v\n", ue.error)
-		return exitUsage
-	}
-	if ec, ok := err.(cli.ExitCoder); ok {
-		if msg := strings.TrimSpace(fmt.Sprint(err)); msg != "" {
-			fmt.Fprintln(stderr, msg)
-		}
-		return ec.ExitCode()
-	}
-	fmt.Fprintf(stderr, "gpud: %v\n", err)
-	if strings.Contains(err.Error(), "flag provided but not defined") || strings.Contains(err.Error(), "Required flag") {
-		return exitUsage
-	}
-	return exitInvalidInput
 }

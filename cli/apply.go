@@ -43,7 +43,7 @@ func runApply(c *cli.Context) error {
 	for _, path := range c.Args().Slice() {
 		source, err := os.ReadFile(path)
 		if err != nil {
-			return cli.Exit(fmt.Sprintf("gpud apply: %v", err), exitInvalidInput)
+			return invalidInputf("gpud apply: %w", err)
 		}
 		cfg, err := api.Parse(path, source)
 		if err != nil {
@@ -54,7 +54,7 @@ func runApply(c *cli.Context) error {
 		files = append(files, parsed{path, cfg, source})
 	}
 	if invalid > 0 {
-		return cli.Exit(fmt.Sprintf("gpud apply: %d of %d files are invalid; nothing was applied", invalid, c.NArg()), exitInvalidInput)
+		return invalidInputf("gpud apply: %d of %d files are invalid; nothing was applied", invalid, c.NArg())
 	}
 	cl, t, err := connect(c)
 	if err != nil {
@@ -89,7 +89,7 @@ func runApply(c *cli.Context) error {
 		default:
 			raw, err := cl.ApplyConfig(c.Context, t.Project, f.cfg.Kind, req)
 			if api.IsStatus(err, http.StatusNotFound) || api.IsStatus(err, http.StatusMethodNotAllowed) {
-				return cli.Exit(fmt.Sprintf("gpud apply %s: this server does not manage %ss yet", f.path, f.cfg.Kind), exitInvalidInput)
+				return invalidInputf("gpud apply %s: this server does not manage %ss yet", f.path, f.cfg.Kind)
 			}
 			if err != nil {
 				return serverError("apply "+f.path, err, c.App.ErrWriter)

@@ -17,12 +17,15 @@ func loginCommand() *cli.Command {
 		Name:  "login",
 		Usage: "check a server URL and token and save them in ~/.gpud/config.yml as the current server",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "url", Required: true, Usage: "the server, like http://127.0.0.1:3000"},
-			&cli.StringFlag{Name: "token", Required: true, Usage: "your API token (gpud serve prints the admin token once)", EnvVars: []string{clientconf.EnvToken}},
+			&cli.StringFlag{Name: "url", Usage: "the server, like http://127.0.0.1:3000"},
+			&cli.StringFlag{Name: "token", Usage: "your API token (gpud serve prints the admin token once)", EnvVars: []string{clientconf.EnvToken}},
 			&cli.StringFlag{Name: "name", Value: "default", Usage: "the name of this server entry"},
 			&cli.StringFlag{Name: "project", Usage: "the default project for this server (default: main)"},
 		},
 		Action: func(c *cli.Context) error {
+			if err := requireFlags(c, "url", "token"); err != nil {
+				return err
+			}
 			if c.NArg() > 0 {
 				return usageError(errors.New("login: takes no arguments, only --url and --token"))
 			}

@@ -1,23 +1,17 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"strings"
-	"syscall"
 
-	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/daemon"
-	"gpud.dev/gpud/internal/clientconf"
 )
 
 // runCommand submits a task, service or dev environment and follows it.
@@ -107,11 +101,11 @@ func runRun(c *cli.Context) error {
 func loadRunConfig(path, profileName string, stderr io.Writer) (cfg *api.Config, source []byte, profiled bool, err error) {
 	profile, err := selectProfile(profileName)
 	if err != nil {
-		return nil, nil, false, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
+		return nil, nil, false, invalidInputf("gpud run: %w", err)
 	}
 	source, err = os.ReadFile(path)
 	if err != nil {
-		return nil, nil, false, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
+		return nil, nil, false, invalidInputf("gpud run: %w", err)
 	}
 	cfg, err = api.Parse(path, source, api.WithProfile(profile))
 	if err != nil {
@@ -120,12 +114,12 @@ func loadRunConfig(path, profileName string, stderr io.Writer) (cfg *api.Config,
 			for _, e := range el {
 				fmt.Fprintln(stderr, e.Detail())
 			}
-			return nil, nil, false, cli.Exit(fmt.Sprintf("gpud run: %s is invalid", path), exitInvalidInput)
+			return nil, nil, false, invalidInputf("gpud run: %s is invalid", path)
 		}
-		return nil, nil, false, cli.Exit(fmt.Sprintf("gpud run: %v", err), exitInvalidInput)
+		return nil, nil, false, invalidInputf("gpud run: %w", err)
 	}
 	if cfg.Run() == nil {
-		return nil, nil, false, cli.Exit(fmt.Sprintf("gpud run: %s is a %s, not a task, service or dev-environment — use gpud apply %s", path, cfg.Kind, path), exitInvalidInput)
+		return nil, nil, false, invalidInputf("gpud run: %s is a %s, not a task, service or dev-environment — use gpud apply %s", path, cfg.Kind, path)
 	}
 	return cfg, source, profile != nil, nil
 }
@@ -137,47 +131,6 @@ type runSession struct {
 	out, errw io.Writer
 	assumeYes bool
 	embedded  bool
-}
-
-// startEmbedded starts the in-process server and local agent; the returned
-// function shuts it down. The local agent runs a run without an image as
-// processes on this machine and one with an image in Docker when Docker is
-// reachable (the daemon's choice, named on the first line gpud prints).
-func (s *runSession) startEmbedded(ctx context.Context, c *cli.Context) (func(), error) {
-	home, err := clientconf.Home(os.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	logger := *zerolog.Ctx(c.Context)
-	if !rootFlagSet(c, "log-level") {
-		// The embedded server's routine logs would drown the job's output.
-		logger = logger.Level(zerolog.WarnLevel)
-	}
-	srv, url, token, err := daemon.StartEmbedded(ctx, daemon.EmbeddedOptions{DataDir: filepath.Join(home, "server"), Logger: logger})
-	if err != nil {
-		return nil, fmt.Errorf("start the embedded server: %w", err)
-	}
-	if s.client, err = api.NewClient(url, token, nil); err != nil {
-		srv.Close()
-		return nil, err
-	}
-	s.embedded, s.assumeYes, s.project = true, true, daemon.DefaultProject
-	runtime := "local agent"
-	if is, err := s.client.ListInstances(ctx, s.project); err == nil && len(is) > 0 && is[0].Runtime != "" {
-		runtime += ", " + is[0].Runtime + " runtime"
-	}
-	fmt.Fprintf(s.errw, "gpud: no server configured — running on this machine (embedded server, %s; state in %s)\n", runtime, home)
-	return func() { _ = srv.Close() }, nil
-}
-
-// rootFlagSet reports whether a global flag was given on the command line.
-func rootFlagSet(c *cli.Context, name string) bool {
-	for _, l := range c.Lineage() {
-		if l.IsSet(name) {
-			return true
-		}
-	}
-	return false
 }
 
 // submit plans the run, shows the plan, asks, and applies. It returns nil
@@ -218,14 +171,6 @@ func (s *runSession) submit(ctx context.Context, req api.ApplyRunRequest) (*api.
 	return &run, nil
 }
 
-// ask prints question [y/n] and reads an answer from stdin.
-func ask(w io.Writer, question string) bool {
-	fmt.Fprintf(w, "%s [y/n] ", question)
-	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
-	a := strings.ToLower(strings.TrimSpace(line))
-	return a == "y" || a == "yes"
-}
-
 // printPlan writes the run's plan: what it asks for and the offers.
 func printPlan(w io.Writer, plan api.RunPlan) {
 	r := plan.Run
@@ -255,14 +200,7 @@ func serverError(what string, err error, stderr io.Writer) error {
 		for _, e := range se.Errors {
 			fmt.Fprintln(stderr, e)
 		}
-		return cli.Exit(fmt.Sprintf("gpud: %s: the server refused the configuration", what), exitInvalidInput)
+		return invalidInputf("gpud: %s: the server refused the configuration", what)
 	}
 	return fmt.Errorf("%s: %w", what, err)
-}
-
-// interrupts delivers SIGINT and SIGTERM until stop is called.
-func interrupts() (<-chan os.Signal, func()) {
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	return ch, func() { signal.Stop(ch) }
 }

@@ -10,13 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/urfave/cli/v2"
-
 	"gpud.dev/gpud/api"
 )
-
-// exitInterrupted is the exit code when the user leaves with a second Ctrl-C.
-const exitInterrupted = 130
 
 // statusPoll is how often the status line asks the server while a run
 // waits to start, runningPoll once it runs without output yet; the polls
@@ -62,7 +57,7 @@ func (s *runSession) follow(ctx context.Context, name string) error {
 			endStatus()
 			switch s.interrupted(ctx, name, sigs) {
 			case leaveNow:
-				return cli.Exit("", exitInterrupted)
+				return exitWith(exitInterrupted, "")
 			case detach:
 				fmt.Fprintf(s.errw, "detached; run %s keeps running — gpud logs -f %s, gpud stop %s\n", name, name, name)
 				return nil
@@ -170,7 +165,7 @@ func (s *runSession) finish(ctx context.Context, name string) error {
 			if code < 0 || code > 255 {
 				code = 1 // a job that never started (-1) has no code of its own
 			}
-			return cli.Exit(fmt.Sprintf("gpud: run %s %s: %s", name, run.Status, orDash(run.Reason)), code)
+			return exitWith(code, fmt.Sprintf("gpud: run %s %s: %s", name, run.Status, orDash(run.Reason)))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("run %s: its logs ended but it is still %s", name, run.Status)
@@ -198,22 +193,6 @@ func runExitCode(run api.Run) (int, bool) {
 		return 0, true
 	}
 	return 1, true
-}
-
-// writeLogLine prints a job's line to stdout or stderr as the job wrote it:
-// the piece of a line longer than api.MaxLogLine without a newline, so the
-// pieces join into the line. A marker for output the server no longer has
-// (e.Dropped) is printed like a line, on its stream.
-func writeLogLine(stdout, stderr io.Writer, e api.LogEntry) {
-	w := stdout
-	if e.Stream == api.LogStderr {
-		w = stderr
-	}
-	if e.Partial {
-		fmt.Fprint(w, e.Line)
-		return
-	}
-	fmt.Fprintln(w, e.Line)
 }
 
 // statusLine shows a run's status while it waits: redrawn in place on a

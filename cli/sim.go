@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -39,7 +40,7 @@ func simCommand() *cli.Command {
 				return fmt.Errorf("sim: %w", err)
 			}
 			if diffs := scenario.Check(s, res.Final); len(diffs) > 0 {
-				return cli.Exit("expect: "+strings.Join(diffs, "\nexpect: "), 1)
+				return invalidInput(errors.New("expect: " + strings.Join(diffs, "\nexpect: ")))
 			} else if s.HasExpect {
 				fmt.Fprintln(out, "expect: ok")
 			}

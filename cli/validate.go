@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/goccy/go-yaml"
@@ -45,7 +44,7 @@ func runValidate(files []string, asJSON bool, profileName string, stdin io.Reade
 		var el api.ErrorList
 		if errors.As(err, &el) {
 			fmt.Fprintln(stderr, el.Error())
-			return cli.Exit("gpud validate: the profiles file is invalid", exitInvalidInput)
+			return invalidInput(errors.New("gpud validate: the profiles file is invalid"))
 		}
 		return usageError(err)
 	}
@@ -62,7 +61,7 @@ func runValidate(files []string, asJSON bool, profileName string, stdin io.Reade
 		}
 	}
 	if invalid > 0 {
-		return cli.Exit(fmt.Sprintf("gpud validate: %d of %d files are invalid", invalid, len(files)), exitInvalidInput)
+		return invalidInputf("gpud validate: %d of %d files are invalid", invalid, len(files))
 	}
 	return nil
 }
@@ -77,23 +76,6 @@ func parseArg(path string, stdin io.Reader, profile *api.Profile) (*api.Config, 
 		return nil, fmt.Errorf("read standard input: %w", err)
 	}
 	return api.Parse("<stdin>", data, api.WithProfile(profile))
-}
-
-// selectProfile loads profiles from the working directory, then the home
-// directory, and picks the named one (or the default one).
-func selectProfile(name string) (*api.Profile, error) {
-	var dirs []string
-	if wd, err := os.Getwd(); err == nil {
-		dirs = append(dirs, wd)
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		dirs = append(dirs, home)
-	}
-	ps, err := api.LoadProfiles(dirs...)
-	if err != nil {
-		return nil, err
-	}
-	return ps.Select(name)
 }
 
 // printConfig writes the normalized spec: JSON, or a header line and the
