@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	agentserver "gpud.dev/gpud/agent/server"
 )
 
 // maxSocketPath is the longest unix socket path bound: sun_path holds 108
@@ -72,15 +74,11 @@ func privateDir(dir string) error {
 	return nil
 }
 
-// listen binds the socket (replacing a stale one) with mode 0600.
+// listen binds the socket (replacing a stale one) with mode 0600, as any
+// agent's unix listener (agentserver.Listen).
 func (l localSocket) listen() (net.Listener, error) {
-	_ = os.Remove(l.path)
-	ln, err := net.Listen("unix", l.path)
+	ln, err := agentserver.Listen("unix://" + l.path)
 	if err != nil {
-		return nil, fmt.Errorf("local agent socket: %w", err)
-	}
-	if err := os.Chmod(l.path, 0o600); err != nil {
-		_ = ln.Close()
 		return nil, fmt.Errorf("local agent socket: %w", err)
 	}
 	return ln, nil
