@@ -36,6 +36,11 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Server, string, 
 	if err != nil {
 		return nil, "", "", fmt.Errorf("embedded server: %w", err)
 	}
-	go func() { _ = srv.Run(ctx) }()
+	go func() {
+		// gpud run sees the server stop as failed requests; the log says why.
+		if err := srv.Run(ctx); err != nil {
+			opts.Logger.Error().Err(err).Msg("embedded server stopped")
+		}
+	}()
 	return srv, srv.URL(), srv.AdminToken(), nil
 }
