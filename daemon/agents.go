@@ -217,7 +217,7 @@ func (s *Server) registerInstance(ctx context.Context, fleet, id, backend string
 		return fmt.Errorf("register instance %s: %w", id, err)
 	}
 	l := &agentLink{instance: id, client: cl}
-	l.seen(time.Now())
+	l.seen(s.now())
 	s.agents.put(l)
 	return nil
 }
@@ -266,7 +266,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	} else {
-		l.seen(time.Now())
+		l.seen(s.now())
 	}
 	var resp api.HeartbeatResponse
 	for _, js := range hb.Jobs {

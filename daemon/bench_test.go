@@ -90,7 +90,11 @@ func BenchmarkHeartbeat1000Agents(b *testing.B) {
 	const agents, every = 1000, 5 * time.Second
 	ts := startServer(b, "8xH100:80GB")
 	inst := ts.store.Instances().List()[0]
-	host := cachedSpecOf[instanceState](&ts.specs, inst).Host
+	st, err := instanceSpecOf(inst)
+	if err != nil {
+		b.Fatal(err)
+	}
+	host := st.Host
 	beat := func(i int) {
 		h := host
 		h.Hostname = fmt.Sprintf("sim-%04d", i)

@@ -31,62 +31,74 @@ func gangTopology(kind api.Kind, n int) sched.TopologyConstraint {
 
 // jobCluster returns j's place in its gang with the addresses of the hosts
 // the gang was placed on, in node-rank order (the master, rank 0, first).
-func (s *Server) jobCluster(ctx context.Context, j store.Record, js jobState) api.JobCluster {
+// A corrupt record of the gang (a node's job, a host) is an error: the
+// cluster's addresses would be wrong.
+func (s *Server) jobCluster(ctx context.Context, j store.Record, js jobRecordSpec) (api.JobCluster, error) {
 	c := js.Spec.Cluster
 	c.GPUsPerNode = len(js.Devices)
 	if c.NodesNum <= 1 {
-		return c // one node: the agent fills its own defaults
+		return c, nil // one node: the agent fills its own defaults
 	}
 	ips := make([]string, c.NodesNum)
 	for _, o := range s.store.Jobs().ByRun(j.Run) {
-		os := cachedSpecOf[jobState](&s.specs, o)
+		os, err := s.jobSpec(o)
+		if err != nil {
+			return c, err
+		}
 		if os.Attempt != js.Attempt || os.ReplicaNum != js.ReplicaNum || os.NodeRank < 0 || os.NodeRank >= len(ips) || o.Instance == "" {
 			continue
 		}
-		ips[os.NodeRank] = s.instanceAddress(ctx, o.Instance)
+		ip, err := s.instanceAddress(ctx, o.Instance)
+		if err != nil {
+			return c, err
+		}
+		ips[os.NodeRank] = ip
 	}
 	for _, ip := range ips {
 		if ip == "" {
-			return c // a node is not placed (cannot happen for a bound gang)
+			return c, nil // a node is not placed (cannot happen for a bound gang)
 		}
 	}
 	c.NodesIPs, c.MasterNodeIP = ips, ips[0]
-	return c
+	return c, nil
 }
 
 // instanceAddress is the address other hosts reach instance at: an SSH
 // host's internal_ip, else its hostname (resolved to an IP); for other
 // hosts the first IPv4 address their agent reports; else loopback.
-func (s *Server) instanceAddress(ctx context.Context, instance string) string {
+func (s *Server) instanceAddress(ctx context.Context, instance string) (string, error) {
 	s.ssh.mu.Lock()
 	h := s.ssh.hosts[instance]
 	s.ssh.mu.Unlock()
 	if h != nil {
 		if h.target.InternalIP != "" {
-			return h.target.InternalIP
+			return h.target.InternalIP, nil
 		}
 		if net.ParseIP(h.target.Hostname) != nil {
-			return h.target.Hostname
+			return h.target.Hostname, nil
 		}
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		if ips, err := net.DefaultResolver.LookupHost(lctx, h.target.Hostname); err == nil && len(ips) > 0 {
-			return ips[0]
+			return ips[0], nil
 		}
-		return h.target.Hostname
+		return h.target.Hostname, nil
 	}
 	inst, err := s.store.Instances().Get(instance)
 	if err != nil {
-		return "127.0.0.1"
+		return "127.0.0.1", nil
 	}
-	st := cachedSpecOf[instanceState](&s.specs, inst)
+	st, err := s.instanceSpec(inst)
+	if err != nil {
+		return "", err
+	}
 	for _, a := range st.Host.Addresses {
 		if ip := net.ParseIP(a); ip != nil && ip.To4() != nil {
-			return a
+			return a, nil
 		}
 	}
 	if len(st.Host.Addresses) > 0 {
-		return st.Host.Addresses[0]
+		return st.Host.Addresses[0], nil
 	}
-	return "127.0.0.1"
+	return "127.0.0.1", nil
 }

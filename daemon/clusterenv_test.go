@@ -19,7 +19,11 @@ func TestMultiNodeGangStaysWithinOneFleet(t *testing.T) {
 	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply",
 		api.ApplyRequest{ConfigurationYAML: "type: fleet\nname: other\nnodes: 0..4\n"}, nil)
 	local := ts.store.Instances().List()[0]
-	host := cachedSpecOf[instanceState](&ts.specs, local).Host
+	st, err := instanceSpecOf(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := st.Host
 	join := func(name string) {
 		h := host
 		h.Hostname = name

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -61,7 +60,7 @@ func (t *tracker) releases() <-chan struct{} {
 // updateJob applies change to the job's latest version, retrying on
 // version conflicts; change returns false to leave the job unchanged.
 // Extra mutations (events) commit in the same transaction.
-func (s *Server) updateJob(ctx context.Context, id string, change func(j *store.Record, js *jobState) (bool, []store.Mutation)) error {
+func (s *Server) updateJob(ctx context.Context, id string, change func(j *store.Record, js *jobRecordSpec) (bool, []store.Mutation)) error {
 	for attempt := range 20 {
 		if attempt > 0 {
 			conflictPause(attempt)
@@ -70,9 +69,9 @@ func (s *Server) updateJob(ctx context.Context, id string, change func(j *store.
 		if err != nil {
 			return err
 		}
-		js, err := decodeSpec[jobState](j)
+		js, err := jobSpecOf(j)
 		if err != nil {
-			return err
+			return err // a corrupt job is never rewritten from a zero spec
 		}
 		ok, extra := change(&j, &js)
 		if !ok {
@@ -85,6 +84,21 @@ func (s *Server) updateJob(ctx context.Context, id string, change func(j *store.
 		}
 	}
 	return fmt.Errorf("job %s: too many concurrent updates", id)
+}
+
+// logJobUpdate logs a failed updateJob of job j with what it was for. The
+// callers are background steps (dispatch, watch, stop, host failure) that
+// the resync safety net runs again; a corrupt job stays as it is, logged.
+func (s *Server) logJobUpdate(err error, j store.Record, what string) {
+	if err == nil || s.ctx.Err() != nil {
+		return
+	}
+	s.log.Error().Err(err).Str("job", j.ID).Str("run", j.Run).Str("instance", j.Instance).Msg(what)
+}
+
+// logJobUpdateID is logJobUpdate for a job known by id only.
+func (s *Server) logJobUpdateID(err error, id, what string) {
+	s.logJobUpdate(err, store.Record{ID: id}, what)
 }
 
 // dispatch starts a bound job on its host's agent, then watches it.
@@ -102,8 +116,13 @@ func (s *Server) dispatch(id string) {
 
 func (s *Server) runJob(ctx context.Context, id string) {
 	j, err := s.store.Jobs().Get(id)
-	if err != nil || j.Status != store.JobProvisioning || s.startupBlocked(j) {
-		return // the first running node of its run dispatches it again
+	if err != nil || j.Status != store.JobProvisioning {
+		return
+	}
+	if blocked, err := s.startupBlocked(j); err != nil || blocked {
+		// Blocked: the first running node of its run dispatches it again.
+		// A corrupt record of its run (logged once) holds it back.
+		return
 	}
 	link := s.agents.get(j.Instance)
 	if link == nil || link.client == nil {
@@ -116,7 +135,17 @@ func (s *Server) runJob(ctx context.Context, id string) {
 		s.interruptJob(ctx, id, "the host "+j.Instance+" does not serve project "+j.Project)
 		return
 	}
-	js, _ := decodeSpec[jobState](j)
+	// A job whose record does not decode cannot be started: its spec or
+	// env would be empty. It stays provisioning, logged, for an admin.
+	js, err := s.jobSpec(j)
+	if err != nil {
+		return // logged once by jobSpec
+	}
+	sealed, err := sealedOf(j)
+	if err != nil {
+		s.log.Error().Err(err).Str("job", j.ID).Str("run", j.Run).Msg("not started: its sealed env does not decode")
+		return
+	}
 	spec := js.Spec
 	if spec.Image == "" {
 		// Runs without an image get the server's default image, as on
@@ -124,23 +153,28 @@ func (s *Server) runJob(ctx context.Context, id string) {
 		// (Options.Embedded), and a process-runtime host ignores images.
 		spec.Image = s.opts.DefaultImage
 	}
-	var sealed sealedJob
-	if len(j.Sealed) > 0 {
-		_ = json.Unmarshal(j.Sealed, &sealed)
-	}
 	spec.Env, spec.RegistryAuth = sealed.Env, sealed.RegistryAuth
 	if sealed.Commands != nil {
 		spec.Commands = sealed.Commands
 	}
 	spec.GPUs = s.jobGPUs(j.Instance, js)
-	spec.Cluster = s.jobCluster(ctx, j, js)
-	_ = s.updateJob(ctx, id, func(j *store.Record, js *jobState) (bool, []store.Mutation) {
+	if spec.Cluster, err = s.jobCluster(ctx, j, js); err != nil {
+		s.log.Error().Err(err).Str("job", j.ID).Str("run", j.Run).Msg("not started: a record of its gang does not decode")
+		return
+	}
+	err = s.updateJob(ctx, id, func(j *store.Record, js *jobRecordSpec) (bool, []store.Mutation) {
 		if j.Status != store.JobProvisioning {
 			return false, nil
 		}
 		j.Status, j.Reason = store.JobPulling, "starting on "+j.Instance
 		return true, nil
 	})
+	if err != nil {
+		// Starting it anyway would leave the store behind the agent; the
+		// resync dispatches it again.
+		s.logJobUpdate(err, j, "not started: record it as pulling")
+		return
+	}
 	st, err := link.client.Start(ctx, spec)
 	if err != nil {
 		var ae *agentclient.Error
@@ -162,7 +196,7 @@ func (s *Server) runJob(ctx context.Context, id string) {
 }
 
 // jobGPUs turns the placement's device indices into the agent's devices.
-func (s *Server) jobGPUs(instance string, js jobState) api.JobGPUs {
+func (s *Server) jobGPUs(instance string, js jobRecordSpec) api.JobGPUs {
 	var g api.JobGPUs
 	for _, d := range js.Devices {
 		g.Devices = append(g.Devices, fmt.Sprint(d))
@@ -224,21 +258,22 @@ func (s *Server) interruptJob(ctx context.Context, id, reason string) {
 }
 
 func (s *Server) endFailed(ctx context.Context, id, reason string, interrupted bool) {
-	_ = s.updateJob(ctx, id, func(j *store.Record, js *jobState) (bool, []store.Mutation) {
+	err := s.updateJob(ctx, id, func(j *store.Record, js *jobRecordSpec) (bool, []store.Mutation) {
 		if finishedJob(j.Status) {
 			return false, nil
 		}
 		js.Interrupted = interrupted
 		j.Status, j.Reason = store.JobFailed, reason
-		js.FinishedAt = time.Now().UTC()
-		return true, []store.Mutation{event(j.Project, store.KindJob, j.ID, j.Status, reason)}
+		js.FinishedAt = s.now()
+		return true, []store.Mutation{s.event(j.Project, store.KindJob, j.ID, j.Status, reason)}
 	})
+	s.logJobUpdateID(err, id, "record a failed job ("+reason+")")
 }
 
 // applyAgentStatus copies the agent's view of a job into the store: the
 // agent's states are a subset of the server's job statuses.
 func (s *Server) applyAgentStatus(ctx context.Context, st api.JobStatus) {
-	_ = s.updateJob(ctx, st.ID, func(j *store.Record, js *jobState) (bool, []store.Mutation) {
+	err := s.updateJob(ctx, st.ID, func(j *store.Record, js *jobRecordSpec) (bool, []store.Mutation) {
 		if finishedJob(j.Status) {
 			return false, nil
 		}
@@ -283,11 +318,12 @@ func (s *Server) applyAgentStatus(ctx context.Context, st api.JobStatus) {
 			js.ExitCode = &code
 			js.FinishedAt = st.FinishedAt
 			if js.FinishedAt.IsZero() {
-				js.FinishedAt = time.Now().UTC()
+				js.FinishedAt = s.now()
 			}
 		}
-		return true, []store.Mutation{event(j.Project, store.KindJob, j.ID, status, reason)}
+		return true, []store.Mutation{s.event(j.Project, store.KindJob, j.ID, status, reason)}
 	})
+	s.logJobUpdateID(err, st.ID, "record the agent's job status "+string(st.State))
 }
 
 // stopJob asks the agent to stop a terminating job; the watcher records
@@ -325,7 +361,7 @@ func (s *Server) stopJob(id string) {
 
 // endStopped finishes a terminating job nobody can stop any more.
 func (s *Server) endStopped(ctx context.Context, id, why string) {
-	_ = s.updateJob(ctx, id, func(j *store.Record, js *jobState) (bool, []store.Mutation) {
+	err := s.updateJob(ctx, id, func(j *store.Record, js *jobRecordSpec) (bool, []store.Mutation) {
 		if finishedJob(j.Status) {
 			return false, nil
 		}
@@ -334,9 +370,10 @@ func (s *Server) endStopped(ctx context.Context, id, why string) {
 			j.Status = store.JobAborted
 		}
 		j.Reason += "; " + why
-		js.FinishedAt = time.Now().UTC()
-		return true, []store.Mutation{event(j.Project, store.KindJob, j.ID, j.Status, j.Reason)}
+		js.FinishedAt = s.now()
+		return true, []store.Mutation{s.event(j.Project, store.KindJob, j.ID, j.Status, j.Reason)}
 	})
+	s.logJobUpdateID(err, id, "record a stopped job ("+why+")")
 }
 
 // held reports whether key is claimed.

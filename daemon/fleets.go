@@ -31,19 +31,33 @@ func visibleFleet(project string, f store.Record) bool {
 	return f.Project == "" || f.Project == project
 }
 
-func (s *Server) fleetOut(project string, f store.Record) api.Fleet {
-	cs, _ := decodeSpec[configState](f)
+// fleetOut is the API view of a fleet; a corrupt fleet record is an
+// error, a corrupt host of it is left out (logged once by instanceSpec).
+func (s *Server) fleetOut(project string, f store.Record) (api.Fleet, error) {
+	cs, err := configSpecOf(f)
+	if err != nil {
+		return api.Fleet{}, err
+	}
 	out := api.Fleet{Name: f.Name, Project: f.Project, Status: f.Status, Configuration: cs.Config, CreatedAt: f.CreatedAt, Instances: []api.Instance{}}
 	for _, inst := range s.store.Instances().ByFleet(f.ID) {
-		out.Instances = append(out.Instances, s.instanceOut(inst))
+		io, err := s.instanceOut(inst)
+		if err != nil {
+			continue // logged once by the spec cache
+		}
+		out.Instances = append(out.Instances, io)
 	}
-	return out
+	return out, nil
 }
 
 // instanceOut is the API view of a host; it shows capacity, never other
-// projects' jobs.
-func (s *Server) instanceOut(inst store.Record) api.Instance {
-	st, _ := decodeSpec[instanceState](inst)
+// projects' jobs. A corrupt record of the instance or of a job on it is an
+// error (its free capacity is unknown); listings and offers skip it, the
+// record logged once by the spec cache.
+func (s *Server) instanceOut(inst store.Record) (api.Instance, error) {
+	st, err := s.instanceSpec(inst)
+	if err != nil {
+		return api.Instance{}, err
+	}
 	out := api.Instance{ID: inst.ID, Name: inst.Name, Fleet: inst.Fleet, Backend: st.Backend, Status: inst.Status, Reason: inst.Reason,
 		Hostname: st.Host.Hostname, Runtime: st.Host.Runtime}
 	out.Resources = api.InstanceResources{CPUs: float64(st.Host.CPUs), Memory: st.Host.Memory, Disk: st.Host.Disk}
@@ -56,7 +70,10 @@ func (s *Server) instanceOut(inst store.Record) api.Instance {
 		if !activeJob(j.Status) {
 			continue
 		}
-		js, _ := decodeSpec[jobState](j)
+		js, err := s.jobSpec(j)
+		if err != nil {
+			return api.Instance{}, err // its free capacity is unknown
+		}
 		out.Free.GPUs -= float64(js.Request.GPU) / 1000
 		out.Free.CPUs -= float64(js.Request.CPU) / 1000
 		out.Free.Memory -= api.Size(js.Request.Memory)
@@ -64,7 +81,7 @@ func (s *Server) instanceOut(inst store.Record) api.Instance {
 	if l := s.agents.get(inst.ID); l != nil {
 		out.LastHeartbeat = l.last()
 	}
-	return out
+	return out, nil
 }
 
 func (s *Server) handleListFleets(w http.ResponseWriter, r *http.Request) error {
@@ -74,9 +91,15 @@ func (s *Server) handleListFleets(w http.ResponseWriter, r *http.Request) error 
 	}
 	out := []api.Fleet{}
 	for _, f := range s.store.Fleets().List() {
-		if visibleFleet(project, f) {
-			out = append(out, s.fleetOut(project, f))
+		if !visibleFleet(project, f) {
+			continue
 		}
+		fo, err := s.fleetOut(project, f)
+		if err != nil {
+			s.log.Warn().Err(err).Str("fleet", f.ID).Msg("fleet left out of the listing")
+			continue
+		}
+		out = append(out, fo)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -125,7 +148,11 @@ func (s *Server) handleGetFleet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.fleetOut(project, f))
+	fo, err := s.fleetOut(project, f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, fo)
 	return nil
 }
 
@@ -149,12 +176,19 @@ func (s *Server) handleApplyFleet(w http.ResponseWriter, r *http.Request) error 
 	}
 	rec := store.Record{Kind: store.KindFleet, ID: project + "/" + cfg.Fleet.Name, Project: project, Name: cfg.Fleet.Name, User: c.name,
 		Status: "active", Spec: encodeSpec(configState{Config: norm})}
-	if _, err := s.store.Apply(r.Context(), store.Put(rec), event(project, store.KindFleet, rec.ID, "applied", "applied by "+c.name)); err != nil {
+	if _, err := s.store.Apply(r.Context(), store.Put(rec), s.event(project, store.KindFleet, rec.ID, "applied", "applied by "+c.name)); err != nil {
 		return err
 	}
 	s.applySSHFleet(rec.ID, project, cfg.Fleet)
-	rec, _ = s.store.Fleets().Get(rec.ID)
-	writeJSON(w, http.StatusOK, s.fleetOut(project, rec))
+	rec, err = s.store.Fleets().Get(rec.ID)
+	if err != nil {
+		return err
+	}
+	fo, err := s.fleetOut(project, rec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, fo)
 	return nil
 }
 
@@ -166,7 +200,7 @@ func (s *Server) handleDeleteFleet(w http.ResponseWriter, r *http.Request) error
 	if f.Project == "" {
 		return forbidden("fleet %q is shared by every project and cannot be deleted through a project", f.Name)
 	}
-	muts := []store.Mutation{store.Delete(store.KindFleet, f.ID), event(project, store.KindFleet, f.ID, "deleted", "deleted by "+c.name)}
+	muts := []store.Mutation{store.Delete(store.KindFleet, f.ID), s.event(project, store.KindFleet, f.ID, "deleted", "deleted by "+c.name)}
 	for _, inst := range s.store.Instances().ByFleet(f.ID) {
 		if len(s.store.Jobs().ByInstance(inst.ID)) > 0 {
 			return conflict("fleet %q has jobs on %s", f.Name, inst.Name)
@@ -199,7 +233,11 @@ func (s *Server) handleListInstances(w http.ResponseWriter, r *http.Request) err
 			continue
 		}
 		for _, inst := range s.store.Instances().ByFleet(f.ID) {
-			out = append(out, s.instanceOut(inst))
+			io, err := s.instanceOut(inst)
+			if err != nil {
+				continue // logged once by the spec cache
+			}
+			out = append(out, io)
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -244,7 +282,10 @@ func (s *Server) offers(project string, req taskRequest) []api.Offer {
 			if s.agents.get(inst.ID) == nil {
 				continue
 			}
-			io := s.instanceOut(inst)
+			io, err := s.instanceOut(inst)
+			if err != nil {
+				continue // not offered: its free capacity is unknown (logged once)
+			}
 			free := io.Free
 			if free.GPUs*1000 < float64(req.GPU) || free.CPUs*1000 < float64(req.CPU) || int64(free.Memory) < req.Memory {
 				continue

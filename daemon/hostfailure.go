@@ -70,23 +70,30 @@ func (s *Server) hostUnreachable(ctx context.Context, instance, why string) {
 // torchrun, MPI and the like cannot go on without a node, and the run's
 // attempt must end for its retry policy to start the whole gang again.
 func (s *Server) stopGangSiblings(ctx context.Context, lost store.Record, reason string) {
-	ls := cachedSpecOf[jobState](&s.specs, lost)
+	ls, err := s.jobSpec(lost)
+	if err != nil {
+		return // its gang is unknown (logged once by jobSpec); the lost job itself is failed
+	}
 	if ls.NodesNum <= 1 {
 		return
 	}
 	why := "stopped: node " + lost.Name + " of its gang was lost (" + reason + ")"
 	for _, o := range s.store.Jobs().ByRun(lost.Run) {
-		os := cachedSpecOf[jobState](&s.specs, o)
+		os, err := s.jobSpec(o)
+		if err != nil {
+			continue // not known to be of this gang (logged once by jobSpec)
+		}
 		if o.ID == lost.ID || os.Attempt != ls.Attempt || os.ReplicaNum != ls.ReplicaNum {
 			continue
 		}
-		_ = s.updateJob(ctx, o.ID, func(j *store.Record, _ *jobState) (bool, []store.Mutation) {
+		err = s.updateJob(ctx, o.ID, func(j *store.Record, _ *jobRecordSpec) (bool, []store.Mutation) {
 			if finishedJob(j.Status) || j.Status == store.JobTerminating || j.Status == store.JobSubmitted {
 				return false, nil
 			}
 			j.Status, j.Reason = store.JobTerminating, why
-			return true, []store.Mutation{event(j.Project, store.KindJob, j.ID, j.Status, why)}
+			return true, []store.Mutation{s.event(j.Project, store.KindJob, j.ID, j.Status, why)}
 		})
+		s.logJobUpdate(err, o, "stop a lost node's gang sibling")
 	}
 }
 
@@ -96,7 +103,7 @@ func (s *Server) hostBack(l *agentLink) {
 	if l == nil {
 		return
 	}
-	l.seen(time.Now())
+	l.seen(s.now())
 	s.agents.put(l)
 	s.wg.Add(1)
 	go func() {
@@ -173,7 +180,7 @@ func (s *Server) adoptAgentJob(ctx context.Context, l *agentLink, st api.JobStat
 	if err == nil && j.Project != "" {
 		project = j.Project
 	}
-	if _, err := s.store.Apply(context.WithoutCancel(ctx), event(project, store.KindInstance, l.instance, "stale_job_stopped",
+	if _, err := s.store.Apply(context.WithoutCancel(ctx), s.event(project, store.KindInstance, l.instance, "stale_job_stopped",
 		"stopped job "+st.ID+": "+why)); err != nil {
 		s.log.Warn().Err(err).Str("instance", l.instance).Msg("record stale job event")
 	}

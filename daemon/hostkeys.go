@@ -69,7 +69,7 @@ func (h *storeHosts) BindHost(ctx context.Context, c tunnel.HostClaim) (string, 
 	raw, err := kv.Load(ctx, key)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		b = hostBinding{Fleet: c.Grant.Fleet, Host: c.Host, Key: c.Key, Instance: registeredInstanceID(c.Grant.Fleet, c.Host), TokenID: c.Grant.TokenID, BoundAt: time.Now().UTC()}
+		b = hostBinding{Fleet: c.Grant.Fleet, Host: c.Host, Key: c.Key, Instance: registeredInstanceID(c.Grant.Fleet, c.Host), TokenID: c.Grant.TokenID, BoundAt: h.s.now()}
 		if inst, err := h.s.store.Instances().Get(b.Instance); err == nil && inst.Fleet != c.Grant.Fleet {
 			return "", fmt.Errorf("instance id %s is taken by fleet %q", b.Instance, inst.Fleet) // cannot happen by construction; never overwrite
 		}
@@ -82,7 +82,7 @@ func (h *storeHosts) BindHost(ctx context.Context, c tunnel.HostClaim) (string, 
 		if b.Key != c.Key {
 			reason := fmt.Sprintf("registration of host %q refused: it presented key %s from %s, but the name is bound to key %s",
 				c.Host, short(c.Key), c.RemoteAddr, short(b.Key))
-			if _, err := h.s.store.Apply(context.WithoutCancel(ctx), event(f.Project, store.KindInstance, b.Instance, "registration_refused", reason)); err != nil {
+			if _, err := h.s.store.Apply(context.WithoutCancel(ctx), h.s.event(f.Project, store.KindInstance, b.Instance, "registration_refused", reason)); err != nil {
 				h.s.log.Warn().Err(err).Str("host", c.Host).Msg("record refused registration")
 			}
 			return "", fmt.Errorf("host %q in fleet %q: %w (bound to %s, this agent has %s); the host keeps its key in DATA_DIR/registration-key.pem. "+

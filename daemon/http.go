@@ -36,6 +36,8 @@ func badField(field, format string, args ...any) *api.ServerError {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
+	// An encoding error here is the client gone mid-response (our values
+	// always marshal): nothing is left to tell it.
 	_ = json.NewEncoder(w).Encode(v)
 }
 
@@ -43,7 +45,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // detail stays in the log.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var se *api.ServerError
-	if !errors.As(err, &se) {
+	var cre *corruptRecordError
+	switch {
+	case errors.As(err, &se):
+	case errors.As(err, &cre):
+		// A record the server cannot read: the request cannot go on, and
+		// the caller learns which record (its id, never its contents).
+		s.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Str("kind", string(cre.Kind)).Str("id", cre.ID).Msg("request failed on a corrupt record")
+		se = apiErr(http.StatusInternalServerError, api.CodeInternal, "", "%s %s: its stored %s does not decode; the server log has the details", cre.record(), cre.ID, cre.Part)
+	default:
 		s.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("request failed")
 		se = apiErr(http.StatusInternalServerError, api.CodeInternal, "", "internal error; the server log has the details")
 	}

@@ -55,7 +55,7 @@ func (s *Server) applyPriorityInPlace(sub *submission, user string) (store.Recor
 		reason := "priority changed in place by " + user
 		st.Priority, st.Preemptible, st.Config = next.Priority, next.Preemptible, next.Config
 		active.Spec = encodeSpec(st)
-		_, err = s.store.Apply(s.ctx, store.Update(*active), event(active.Project, store.KindRun, active.ID, active.Status, reason))
+		_, err = s.store.Apply(s.ctx, store.Update(*active), s.event(active.Project, store.KindRun, active.ID, active.Status, reason))
 		if err == nil {
 			kick(s.schedWake)
 			run, err := s.store.Runs().Get(active.ID)

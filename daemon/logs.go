@@ -221,7 +221,7 @@ func (s *Server) logJobs(run store.Record, job string) ([]string, error) {
 		if job != "" && job != j.ID && job != j.Name {
 			continue
 		}
-		js, err := decodeSpec[jobState](j)
+		js, err := decodeSpec[jobRecordSpec](j)
 		if err != nil {
 			return nil, err
 		}

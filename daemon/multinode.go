@@ -11,16 +11,22 @@ import (
 // startupBlocked reports whether job j (bound, not yet started) must wait
 // for other nodes of its run to run first: the workers under master-first,
 // the master (node rank 0) under workers-first.
-func (s *Server) startupBlocked(j store.Record) bool {
+//
+// A corrupt record of the run is an error: the order is then unknown.
+func (s *Server) startupBlocked(j store.Record) (bool, error) {
 	run, err := s.store.Runs().Get(j.Run)
 	if err != nil {
-		return false
+		return false, nil
 	}
-	st := cachedSpecOf[runState](&s.specs, run)
-	if st.StartupOrder == "" {
-		return false
+	st, err := s.runSpec(run)
+	if err != nil || st.StartupOrder == "" {
+		return false, err
 	}
-	master := cachedSpecOf[jobState](&s.specs, j).NodeRank == 0
+	js, err := s.jobSpec(j)
+	if err != nil {
+		return false, err
+	}
+	master := js.NodeRank == 0
 	var first func(rank int) bool // the nodes that must run before j
 	switch {
 	case st.StartupOrder == api.StartupMasterFirst && !master:
@@ -28,15 +34,18 @@ func (s *Server) startupBlocked(j store.Record) bool {
 	case st.StartupOrder == api.StartupWorkersFirst && master:
 		first = func(rank int) bool { return rank != 0 }
 	default:
-		return false
+		return false, nil
 	}
 	for _, o := range s.store.Jobs().ByRun(j.Run) {
-		os := cachedSpecOf[jobState](&s.specs, o)
+		os, err := s.jobSpec(o)
+		if err != nil {
+			return false, err
+		}
 		if os.Attempt == st.Attempt && first(os.NodeRank) && o.Status != store.JobRunning && !finishedJob(o.Status) {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // startWaiting dispatches the jobs of run that waited for their startup
@@ -50,25 +59,29 @@ func (s *Server) startWaiting(runID string) {
 }
 
 // masterDone returns the mutations that stop a master-done run's workers
-// once its master (node rank 0) has ended, or nil.
-func (s *Server) masterDone(run store.Record, st runState, jobs []store.Record) []store.Mutation {
+// once its master (node rank 0) has ended, or nil; jobs are the current
+// attempt's, with their decoded specs in specs.
+func (s *Server) masterDone(run store.Record, st runState, jobs []store.Record, specs []jobRecordSpec) ([]store.Mutation, error) {
 	if st.StopCriteria != api.StopMasterDone || st.MasterDone || st.Stop {
-		return nil
+		return nil, nil
 	}
 	var master *store.Record
-	for i, j := range jobs {
-		if cachedSpecOf[jobState](&s.specs, j).NodeRank == 0 {
+	for i := range jobs {
+		if specs[i].NodeRank == 0 {
 			master = &jobs[i]
 		}
 	}
 	if master == nil || !finishedJob(master.Status) {
-		return nil
+		return nil, nil
 	}
 	reason := "the master node ended (stop_criteria: master-done)"
-	muts := s.stopMutations(run, false, reason)
+	muts, err := s.stopMutations(run, false, reason)
+	if err != nil {
+		return nil, err
+	}
 	st.MasterDone = true
 	run.Spec = encodeSpec(st)
 	run.Status, run.Reason = store.RunTerminating, reason
 	muts[0] = store.Update(run)
-	return muts
+	return muts, nil
 }

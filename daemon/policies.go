@@ -15,8 +15,9 @@ import (
 	"gpud.dev/gpud/store"
 )
 
-// Clock is the time source of the run timers that follow a calendar (cron
-// schedule ticks). Implementations must be safe for concurrent use.
+// Clock is the server's time source: every timestamp it records (events,
+// job and run times, usage samples), the cron schedule's ticks and the
+// timers that follow them. Implementations must be safe for concurrent use.
 type Clock interface {
 	// Now is the current time.
 	Now() time.Time
@@ -36,6 +37,9 @@ func (s *Server) clock() Clock {
 	}
 	return wallClock{}
 }
+
+// now is the server clock's time in UTC, as records keep it.
+func (s *Server) now() time.Time { return s.clock().Now().UTC() }
 
 // nextTick is the earliest tick after t of any of the cron expressions,
 // read in UTC.
@@ -80,16 +84,16 @@ func (st runState) hasEvent(ev string) bool { return slices.Contains(st.RetryEve
 // with no_capacity: retry on no-capacity with a duration, counted from the
 // attempt's submission (or its cron tick). Without that policy a run waits
 // pending, as a queued workload does on a KAI-scheduled cluster.
-func noCapacityDeadline(st runState, jobs []store.Record) (time.Time, bool) {
+func noCapacityDeadline(st runState, jobs []store.Record, specs []jobRecordSpec) (time.Time, bool) {
 	if !st.hasEvent("no-capacity") || st.RetryFor <= 0 || len(jobs) == 0 {
 		return time.Time{}, false
 	}
 	var from time.Time
-	for _, j := range jobs {
+	for i, j := range jobs {
 		if j.Status != store.JobSubmitted || j.Instance != "" {
 			return time.Time{}, false
 		}
-		js, _ := decodeSpec[jobState](j)
+		js := specs[i]
 		from = later(from, later(js.SubmittedAt, js.NotBefore))
 	}
 	return from.Add(st.RetryFor), true
@@ -105,30 +109,34 @@ func later(a, b time.Time) time.Time {
 // failNoCapacity ends an attempt nobody could place within its retry
 // duration: its jobs and the run fail with reason no_capacity (a cron run
 // waits for its next tick instead).
-func (s *Server) failNoCapacity(run store.Record, st runState, jobs []store.Record, why string, now time.Time) []store.Mutation {
+func (s *Server) failNoCapacity(run store.Record, st runState, jobs []store.Record, why string, now time.Time) ([]store.Mutation, error) {
 	reason := fmt.Sprintf("no_capacity: still not placed after the retry duration %s (%s)", st.RetryFor, why)
 	var muts []store.Mutation
 	for _, j := range jobs {
-		js, _ := decodeSpec[jobState](j)
+		js, err := jobSpecOf(j)
+		if err != nil {
+			return nil, err
+		}
 		js.FinishedAt, js.WhyPending = now, ""
 		j.Status, j.Reason, j.Spec = store.JobFailed, reason, encodeSpec(js)
-		muts = append(muts, store.Update(j), event(j.Project, store.KindJob, j.ID, j.Status, reason))
+		muts = append(muts, store.Update(j), s.event(j.Project, store.KindJob, j.ID, j.Status, reason))
 	}
 	if len(st.Cron) > 0 {
-		return append(muts, s.requeueAtTick(run, st, jobs, reason)...)
+		next, err := s.requeueAtTick(run, st, jobs, reason)
+		return append(muts, next...), err
 	}
 	st.FinishedAt = now
 	run.Status, run.Reason, run.Spec = store.RunFailed, reason, encodeSpec(st)
-	return append(muts, store.Update(run), event(run.Project, store.KindRun, run.ID, run.Status, reason))
+	return append(muts, store.Update(run), s.event(run.Project, store.KindRun, run.ID, run.Status, reason)), nil
 }
 
 // requeueAtTick resubmits a cron run's jobs for its next tick.
-func (s *Server) requeueAtTick(run store.Record, st runState, jobs []store.Record, why string) []store.Mutation {
+func (s *Server) requeueAtTick(run store.Record, st runState, jobs []store.Record, why string) ([]store.Mutation, error) {
 	next, err := nextTick(st.Cron, s.clock().Now())
 	if err != nil {
-		st.FinishedAt = time.Now().UTC()
+		st.FinishedAt = s.now()
 		run.Status, run.Reason, run.Spec = store.RunFailed, err.Error(), encodeSpec(st)
-		return []store.Mutation{store.Update(run), event(run.Project, store.KindRun, run.ID, run.Status, run.Reason)}
+		return []store.Mutation{store.Update(run), s.event(run.Project, store.KindRun, run.ID, run.Status, run.Reason)}, nil
 	}
 	st.FirstFailedAt = time.Time{}
 	return s.requeueWith(run, st, jobs, fmt.Sprintf("scheduled: next start at %s (%s)", next.Format(time.RFC3339), why), next)
@@ -162,18 +170,30 @@ func (s *Server) runWatcher(kind, id string, period time.Duration, check func(ru
 			if err != nil || run.Status != store.RunRunning {
 				return
 			}
-			st := cachedSpecOf[runState](&s.specs, run)
+			st, err := s.runSpec(run)
+			if err != nil {
+				return // the run reconciler logs and leaves a corrupt run alone
+			}
 			var jobs []store.Record
 			for _, j := range s.store.Jobs().ByRun(id) {
-				if cachedSpecOf[jobState](&s.specs, j).Attempt == st.Attempt && j.Status == store.JobRunning {
+				js, err := s.jobSpec(j)
+				if err != nil {
+					return // logged once by jobSpec
+				}
+				if js.Attempt == st.Attempt && j.Status == store.JobRunning {
 					jobs = append(jobs, j)
 				}
 			}
-			reason := check(run, jobs, time.Now())
+			reason := check(run, jobs, s.now())
 			if reason == "" {
 				continue
 			}
-			if _, err := s.store.Apply(s.ctx, s.stopMutations(run, false, reason)...); err == nil || s.ctx.Err() != nil {
+			muts, err := s.stopMutations(run, false, reason)
+			if err != nil {
+				s.log.Error().Err(err).Str("run", id).Str("why", reason).Msg("stop run: a record does not decode")
+				return
+			}
+			if _, err := s.store.Apply(s.ctx, muts...); err == nil || s.ctx.Err() != nil {
 				return
 			}
 			// A conflict: the next tick looks again.
@@ -233,7 +253,11 @@ func (s *Server) watchInactivity(id string, d time.Duration) {
 				return ""
 			}
 			var ports []int
-			for _, p := range cachedSpecOf[jobState](&s.specs, j).Ports {
+			js, err := s.jobSpec(j)
+			if err != nil {
+				return "" // not judged: its ports are unknown (logged once by jobSpec)
+			}
+			for _, p := range js.Ports {
 				if p.Host != 0 {
 					ports = append(ports, p.Host)
 				}

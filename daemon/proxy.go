@@ -25,7 +25,10 @@ func (s *Server) handleServiceProxy(w http.ResponseWriter, r *http.Request) erro
 		if j.Status != store.JobRunning {
 			continue
 		}
-		js, _ := decodeSpec[jobState](j)
+		js, err := s.jobSpec(j)
+		if err != nil {
+			return err // 500 naming the job: a replica the proxy cannot read
+		}
 		for _, p := range js.Ports {
 			if p.Host != 0 {
 				host := p.HostIP

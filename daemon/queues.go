@@ -2,9 +2,9 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sort"
-	"time"
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/sched"
@@ -16,25 +16,45 @@ import (
 // has a "default" queue (no quota, weight 1) that runs without `queue:` use.
 
 // queueSpecOf reads a queue record's configuration; the built-in default
-// queue has none and gets quota 0, no limit, weight 1.
-func queueSpecOf(r store.Record) api.QueueSpec {
+// queue has none and gets quota 0, no limit, weight 1. A configuration that
+// no longer decodes or parses is a *corruptRecordError, never the default.
+func queueSpecOf(r store.Record) (api.QueueSpec, error) {
 	q := api.QueueSpec{Name: r.Name, OverQuotaWeight: api.QueueWeights{GPU: 1, CPU: 1, Memory: 1}}
-	cs, _ := decodeSpec[configState](r)
-	if len(cs.Config) > 0 {
-		if cfg, err := api.Parse("", cs.Config); err == nil && cfg.Queue != nil {
-			q = *cfg.Queue
-		}
+	cs, err := configSpecOf(r)
+	if err != nil || len(cs.Config) == 0 {
+		return q, err
 	}
-	return q
+	cfg, err := api.Parse("", cs.Config)
+	if err == nil && cfg.Queue == nil {
+		err = fmt.Errorf("the configuration is a %s, not a queue", cfg.Kind)
+	}
+	if err != nil {
+		return q, &corruptRecordError{Kind: r.Kind, ID: r.ID, Part: "spec", Err: err}
+	}
+	return *cfg.Queue, nil
 }
 
-// schedQueues lists every queue for the scheduler, parents first.
-func (s *Server) schedQueues() []sched.Queue {
+// queueSpec is queueSpecOf decoded once per record version; a corrupt
+// queue is logged once.
+func (s *Server) queueSpec(r store.Record) (api.QueueSpec, error) {
+	return cachedFor(s, r, "queue", queueSpecOf)
+}
+
+// schedQueues lists every queue for the scheduler, parents first, and the
+// ids of the queues whose record is corrupt: they are left out, and the
+// snapshot holds their runs back rather than place them under a quota and
+// weight the server cannot read.
+func (s *Server) schedQueues() ([]sched.Queue, map[string]bool) {
 	recs := s.store.Queues().List()
 	byID := map[string]sched.Queue{}
+	corrupt := map[string]bool{}
 	var ids []string
 	for _, r := range recs {
-		qs := queueSpecOf(r)
+		qs, err := s.queueSpec(r)
+		if err != nil {
+			corrupt[r.ID] = true
+			continue
+		}
 		q := sched.Queue{Name: r.ID, Priority: qs.Priority}
 		if qs.Parent != "" {
 			q.Parent = queueID(r.Project, qs.Parent)
@@ -111,7 +131,7 @@ func (s *Server) schedQueues() []sched.Queue {
 	for _, id := range ids {
 		add(id, 0)
 	}
-	return out
+	return out, corrupt
 }
 
 func (s *Server) handleApplyQueue(w http.ResponseWriter, r *http.Request) error {
@@ -132,11 +152,18 @@ func (s *Server) handleApplyQueue(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	rec := store.Record{Kind: store.KindQueue, ID: queueID(project, cfg.Queue.Name), Project: project, Name: cfg.Queue.Name, User: c.name, Spec: encodeSpec(configState{Config: norm})}
-	if _, err := s.store.Apply(r.Context(), store.Put(rec), event(project, store.KindQueue, rec.ID, "applied", "applied by "+c.name)); err != nil {
+	if _, err := s.store.Apply(r.Context(), store.Put(rec), s.event(project, store.KindQueue, rec.ID, "applied", "applied by "+c.name)); err != nil {
 		return err
 	}
-	rec, _ = s.store.Queues().Get(rec.ID)
-	writeJSON(w, http.StatusOK, s.queueOut(rec))
+	rec, err = s.store.Queues().Get(rec.ID)
+	if err != nil {
+		return err
+	}
+	out, err := s.queueOut(rec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -147,7 +174,11 @@ func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) error 
 	}
 	out := []api.Queue{}
 	for _, rec := range s.store.Queues().ByProject(project) {
-		out = append(out, s.queueOut(rec))
+		q, err := s.queueOut(rec)
+		if err != nil {
+			continue // a corrupt queue is left out of the listing (logged by queueSpec)
+		}
+		out = append(out, q)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -172,11 +203,15 @@ func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) error
 		}
 	}
 	for _, q := range s.store.Queues().ByProject(project) {
-		if queueSpecOf(q).Parent == name {
+		qs, err := s.queueSpec(q)
+		if err != nil {
+			return err // whether it is a child is unknown: refuse rather than orphan it
+		}
+		if qs.Parent == name {
 			return conflict("queue %q is the parent of %q; delete that first", name, q.Name)
 		}
 	}
-	if _, err := s.store.Apply(r.Context(), store.Delete(store.KindQueue, id), event(project, store.KindQueue, id, "deleted", "deleted by "+c.name)); err != nil {
+	if _, err := s.store.Apply(r.Context(), store.Delete(store.KindQueue, id), s.event(project, store.KindQueue, id, "deleted", "deleted by "+c.name)); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -185,9 +220,15 @@ func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) error
 
 // queueOut is the API view of a queue: its configuration, the fair share
 // and allocation of the last scheduling cycle, and its decayed usage.
-func (s *Server) queueOut(rec store.Record) api.Queue {
-	qs := queueSpecOf(rec)
-	cs, _ := decodeSpec[configState](rec)
+func (s *Server) queueOut(rec store.Record) (api.Queue, error) {
+	qs, err := s.queueSpec(rec)
+	if err != nil {
+		return api.Queue{}, err
+	}
+	cs, err := configSpecOf(rec)
+	if err != nil {
+		return api.Queue{}, err
+	}
 	out := api.Queue{Name: rec.Name, Project: rec.Project, Parent: qs.Parent, Priority: qs.Priority, Configuration: cs.Config,
 		Quota: api.QueueAmounts{GPU: qs.Quota.GPU, CPU: qs.Quota.CPU, Memory: float64(qs.Quota.Memory)},
 		Limit: api.QueueAmounts{GPU: -1, CPU: -1, Memory: -1}}
@@ -207,11 +248,11 @@ func (s *Server) queueOut(rec store.Record) api.Queue {
 		out.FairShare = amounts(share.FairShare)
 		out.Allocated = amounts(share.Allocated)
 	}
-	now := time.Now()
+	now, window := s.now(), s.fairShare().Window
 	for _, u := range s.store.Usage().ByQueue(rec.ID) {
-		var secs map[string]float64
-		if decodeJSONBytes(u.Spec, &secs) != nil || now.Sub(u.CreatedAt) > 7*24*time.Hour {
-			continue
+		secs, err := s.usageOf(u)
+		if err != nil || now.Sub(u.CreatedAt) > window {
+			continue // a corrupt sample was logged by usageOf
 		}
 		out.Usage.GPU += secs["gpu"] / 3600
 		out.Usage.CPU += secs["cpu"] / 3600
@@ -225,7 +266,7 @@ func (s *Server) queueOut(rec store.Record) api.Queue {
 			out.Running++
 		}
 	}
-	return out
+	return out, nil
 }
 
 func amounts(r sched.Resources) api.QueueAmounts {

@@ -99,7 +99,13 @@ func (s *Server) reconcileRun(ctx context.Context, id string) {
 		if err != nil || finishedRun(run.Status) {
 			return
 		}
-		muts := s.runTransition(run, time.Now().UTC())
+		muts, err := s.runTransition(run, s.now())
+		if err != nil {
+			// A corrupt record of the run or of its current jobs: the run
+			// cannot go on; it stays as it is and the log says which.
+			s.log.Error().Err(err).Str("run", run.ID).Str("project", run.Project).Msg("reconcile run: a record does not decode; the run is left as it is")
+			return
+		}
 		if len(muts) == 0 {
 			return
 		}
@@ -109,23 +115,35 @@ func (s *Server) reconcileRun(ctx context.Context, id string) {
 	}
 }
 
-// runTransition computes the mutations that bring run up to date.
-func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation {
-	st, _ := decodeSpec[runState](run)
+// runTransition computes the mutations that bring run up to date. A
+// record of the run or of one of its jobs that does not decode is an
+// error: the run's state cannot be derived from it.
+func (s *Server) runTransition(run store.Record, now time.Time) ([]store.Mutation, error) {
+	st, err := runSpecOf(run)
+	if err != nil {
+		return nil, err
+	}
+	startedAt := st.StartedAt
 	var jobs []store.Record
-	for _, j := range s.store.Jobs().ByRun(run.ID) {
-		if js, _ := decodeSpec[jobState](j); js.Attempt == st.Attempt {
-			jobs = append(jobs, j)
+	var specs []jobRecordSpec
+	all := s.store.Jobs().ByRun(run.ID)
+	sort.Slice(all, func(a, b int) bool { return all[a].ID < all[b].ID })
+	for _, j := range all {
+		js, err := s.jobSpec(j)
+		if err != nil {
+			return nil, err
+		}
+		if js.Attempt == st.Attempt {
+			jobs, specs = append(jobs, j), append(specs, js)
 		}
 	}
-	sort.Slice(jobs, func(a, b int) bool { return jobs[a].ID < jobs[b].ID })
 	counts := map[string]int{}
 	evicted, why := false, ""
 	var failed, interrupted *store.Record
 	var notBefore time.Time
 	for i, j := range jobs {
 		counts[j.Status]++
-		js, _ := decodeSpec[jobState](j)
+		js := specs[i]
 		if js.Evicted && finishedJob(j.Status) {
 			evicted = true
 		}
@@ -144,8 +162,8 @@ func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation
 		final += counts[s]
 	}
 	if final < len(jobs) {
-		if muts := s.masterDone(run, st, jobs); muts != nil {
-			return muts
+		if muts, err := s.masterDone(run, st, jobs, specs); muts != nil || err != nil {
+			return muts, err
 		}
 	}
 	status, reason := run.Status, run.Reason
@@ -185,8 +203,7 @@ func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation
 			return s.requeueAtTick(run, st, jobs, "the last attempt ended "+status)
 		}
 		st.FinishedAt = now
-		js, _ := decodeSpec[jobState](jobs[0])
-		st.ExitCode = js.ExitCode
+		st.ExitCode = specs[0].ExitCode
 	case st.Stop:
 		status = store.RunTerminating
 	case counts[store.JobRunning] > 0 && counts[store.JobRunning]+final == len(jobs):
@@ -214,7 +231,7 @@ func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation
 		status, reason = store.RunPending, "scheduled: next start at "+notBefore.Format(time.RFC3339)
 		s.wakeAtTick(run.ID, notBefore)
 	case counts[store.JobSubmitted] > 0 && why != "":
-		if deadline, ok := noCapacityDeadline(st, jobs); ok {
+		if deadline, ok := noCapacityDeadline(st, jobs, specs); ok {
 			if !now.Before(deadline) {
 				return s.failNoCapacity(run, st, jobs, why, now)
 			}
@@ -222,21 +239,16 @@ func (s *Server) runTransition(run store.Record, now time.Time) []store.Mutation
 		}
 		status, reason = store.RunPending, why
 	}
-	if status == run.Status && reason == run.Reason && st.StartedAt.Equal(mustRunState(run).StartedAt) {
-		return nil
+	if status == run.Status && reason == run.Reason && st.StartedAt.Equal(startedAt) {
+		return nil, nil
 	}
 	changed := status != run.Status
 	run.Status, run.Reason, run.Spec = status, reason, encodeSpec(st)
 	muts := []store.Mutation{store.Update(run)}
 	if changed {
-		muts = append(muts, event(run.Project, store.KindRun, run.ID, status, reason))
+		muts = append(muts, s.event(run.Project, store.KindRun, run.ID, status, reason))
 	}
-	return muts
-}
-
-func mustRunState(r store.Record) runState {
-	st, _ := decodeSpec[runState](r)
-	return st
+	return muts, nil
 }
 
 // shouldRetry applies the run's retry policy to an event (error,
@@ -257,20 +269,23 @@ func (s *Server) shouldRetry(st *runState, ev string, now time.Time) bool {
 
 // requeue starts a new attempt of the run: fresh jobs (status submitted)
 // with the same specs; the old attempt's jobs stay as history.
-func (s *Server) requeue(run store.Record, st runState, jobs []store.Record, reason string) []store.Mutation {
+func (s *Server) requeue(run store.Record, st runState, jobs []store.Record, reason string) ([]store.Mutation, error) {
 	return s.requeueWith(run, st, jobs, reason, time.Time{})
 }
 
 // requeueWith is requeue whose new jobs wait for notBefore (a cron tick;
 // zero: none).
-func (s *Server) requeueWith(run store.Record, st runState, jobs []store.Record, reason string, notBefore time.Time) []store.Mutation {
+func (s *Server) requeueWith(run store.Record, st runState, jobs []store.Record, reason string, notBefore time.Time) ([]store.Mutation, error) {
 	st.Attempt++
 	st.StartedAt = time.Time{}
 	run.Status, run.Reason, run.Spec = store.RunSubmitted, reason, encodeSpec(st)
-	muts := []store.Mutation{store.Update(run), event(run.Project, store.KindRun, run.ID, run.Status, reason)}
-	now := time.Now().UTC()
+	muts := []store.Mutation{store.Update(run), s.event(run.Project, store.KindRun, run.ID, run.Status, reason)}
+	now := s.now()
 	for _, j := range jobs {
-		js, _ := decodeSpec[jobState](j)
+		js, err := jobSpecOf(j)
+		if err != nil {
+			return nil, err
+		}
 		nj := store.Record{Kind: store.KindJob, Project: j.Project, Run: j.Run, Name: j.Name, Queue: j.Queue, User: j.User, Sealed: j.Sealed,
 			Status: store.JobSubmitted, Reason: reason}
 		nj.ID = fmt.Sprintf("%s-%d-%d-a%d", run.ID, js.ReplicaNum, js.NodeRank, st.Attempt)
@@ -280,7 +295,7 @@ func (s *Server) requeueWith(run store.Record, st runState, jobs []store.Record,
 		nj.Spec = encodeSpec(js)
 		muts = append(muts, store.Create(nj))
 	}
-	return muts
+	return muts, nil
 }
 
 // wakeRunAt reconciles the run again after d, once per run and purpose
@@ -290,7 +305,7 @@ func (s *Server) wakeRunAt(id, purpose string, d time.Duration) {
 	if !s.working.claim(key) {
 		return
 	}
-	time.AfterFunc(d, func() {
+	s.clock().AfterFunc(d, func() {
 		s.working.release(key)
 		if s.ctx.Err() == nil {
 			s.reconcileRun(s.ctx, id)
@@ -324,10 +339,14 @@ func (s *Server) adoptJobs(ctx context.Context) {
 			}
 			switch j.Status {
 			case store.JobProvisioning, store.JobPulling:
-				_ = s.updateJob(ctx, j.ID, func(j *store.Record, _ *jobState) (bool, []store.Mutation) {
+				err := s.updateJob(ctx, j.ID, func(j *store.Record, _ *jobRecordSpec) (bool, []store.Mutation) {
 					j.Status = store.JobProvisioning
 					return true, nil
 				})
+				if err != nil {
+					s.logJobUpdate(err, j, "adopt: dispatch a job its agent never started")
+					continue
+				}
 				s.dispatch(j.ID)
 			case store.JobTerminating:
 				s.endStopped(ctx, j.ID, "the agent no longer had it")

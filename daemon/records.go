@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"gpud.dev/gpud/api"
@@ -57,8 +58,11 @@ type runState struct {
 	Inactivity time.Duration `json:"inactivity,omitempty"`
 }
 
-// jobState is what the server keeps in a job record's Spec.
-type jobState struct {
+// jobRecordSpec is what the server keeps in a job record's Spec: the
+// server's bookkeeping of one job (placement, timestamps, retry marks) with
+// the agent's api.JobSpec inside. It is neither api.JobState (an agent's
+// job state) nor the scheduler's per-cycle job.
+type jobRecordSpec struct {
 	ReplicaNum int `json:"replica_num"`
 	NodeRank   int `json:"node_rank"`
 	NodesNum   int `json:"nodes_num"`
@@ -111,13 +115,63 @@ type configState struct {
 	Config json.RawMessage `json:"config,omitempty"`
 }
 
+// corruptRecordError is a stored record whose Spec (or sealed part) does
+// not decode: the server never acts on such a record as if it were empty.
+// Requests that need it fail with 500 internal naming the record; listings
+// skip it and background loops leave it alone, both with a logged error.
+type corruptRecordError struct {
+	Kind store.Kind
+	ID   string
+	Part string // "spec" or "sealed"
+	Err  error
+}
+
+func (e *corruptRecordError) Error() string {
+	return fmt.Sprintf("%s %s: stored %s does not decode: %v", e.record(), e.ID, e.Part, e.Err)
+}
+
+// record names the kind of record in the singular ("job", "run").
+func (e *corruptRecordError) record() string { return strings.TrimSuffix(string(e.Kind), "s") }
+
+func (e *corruptRecordError) Unwrap() error { return e.Err }
+
+// decodeSpec decodes r's Spec into a fresh T (an empty Spec is T's zero
+// value); its error is a *corruptRecordError.
 func decodeSpec[T any](r store.Record) (T, error) {
 	var v T
 	if len(r.Spec) == 0 {
 		return v, nil
 	}
 	if err := json.Unmarshal(r.Spec, &v); err != nil {
-		return v, fmt.Errorf("%s %s: decode spec: %w", r.Kind, r.ID, err)
+		return v, &corruptRecordError{Kind: r.Kind, ID: r.ID, Part: "spec", Err: err}
+	}
+	return v, nil
+}
+
+// The typed accessors below decode a fresh copy, for a caller that changes
+// and re-encodes it; readers use the Server's cached ones (speccache.go).
+
+// jobSpecOf decodes a job record's Spec.
+func jobSpecOf(j store.Record) (jobRecordSpec, error) { return decodeSpec[jobRecordSpec](j) }
+
+// runSpecOf decodes a run record's Spec.
+func runSpecOf(r store.Record) (runState, error) { return decodeSpec[runState](r) }
+
+// instanceSpecOf decodes an instance record's Spec.
+func instanceSpecOf(r store.Record) (instanceState, error) { return decodeSpec[instanceState](r) }
+
+// configSpecOf decodes a fleet or queue record's Spec.
+func configSpecOf(r store.Record) (configState, error) { return decodeSpec[configState](r) }
+
+// sealedOf decodes a job's sealed part (its env, registry auth and any
+// command that interpolates a secret); a job without one has none.
+func sealedOf(j store.Record) (sealedJob, error) {
+	var v sealedJob
+	if len(j.Sealed) == 0 {
+		return v, nil
+	}
+	if err := json.Unmarshal(j.Sealed, &v); err != nil {
+		return v, &corruptRecordError{Kind: j.Kind, ID: j.ID, Part: "sealed", Err: err}
 	}
 	return v, nil
 }
@@ -134,13 +188,14 @@ func encodeSpec(v any) json.RawMessage {
 // newID returns a random 16-hex-digit id.
 func newID() string {
 	var b [8]byte
-	_, _ = rand.Read(b[:])
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (it crashes the program instead)
 	return hex.EncodeToString(b[:])
 }
 
-// event records a transition of subject with its reason.
-func event(project string, kind store.Kind, id, status, reason string) store.Mutation {
-	return store.Create(store.NewEvent(time.Now().UTC(), project, kind, id, status, reason))
+// event records a transition of subject with its reason, at the server's
+// clock's time.
+func (s *Server) event(project string, kind store.Kind, id, status, reason string) store.Mutation {
+	return store.Create(store.NewEvent(s.now(), project, kind, id, status, reason))
 }
 
 // finishedRun reports whether a run status is final.

@@ -110,7 +110,7 @@ func (s *Server) startRegistration() error {
 			if err != nil {
 				return // the fleet was deleted, with its instances
 			}
-			if _, err := s.store.Apply(context.WithoutCancel(s.ctx), event(f.Project, store.KindInstance, a.Instance, "unreachable", "registration tunnel closed")); err != nil {
+			if _, err := s.store.Apply(context.WithoutCancel(s.ctx), s.event(f.Project, store.KindInstance, a.Instance, "unreachable", "registration tunnel closed")); err != nil {
 				s.log.Warn().Err(err).Str("host", a.Host).Msg("record tunnel event")
 			}
 			s.setInstanceHealth(a.Instance, "unreachable: registration tunnel closed")
@@ -129,7 +129,11 @@ func (s *Server) startRegistration() error {
 	}
 	s.registrationURL = "https://" + ln.Addr().String()
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error().Err(err).Str("listen", s.opts.RegistrationListen).Msg("registration listener stopped; agents cannot connect")
+		}
+	}()
 	s.registrationHTTP = hs
 	s.log.Info().Str("url", s.registrationURL).Msg("accepting agent registrations")
 	return nil
@@ -172,9 +176,15 @@ func (s *Server) registrationCert() (tls.Certificate, error) {
 	if err != nil {
 		return tls.Certificate{}, err
 	}
-	host, _ := os.Hostname()
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "gpud registration"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().AddDate(10, 0, 0), DNSNames: []string{"localhost", host},
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost" // the certificate then names loopback only; --registration-cert names more
+	}
+	// A certificate's validity is checked by its peers against their wall
+	// clocks, so it is the one place that does not use the server's Clock.
+	wall := time.Now()
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(wall.UnixNano()), Subject: pkix.Name{CommonName: "gpud registration"},
+		NotBefore: wall.Add(-time.Hour), NotAfter: wall.AddDate(10, 0, 0), DNSNames: []string{"localhost", host},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true}
 	if h, _, err := net.SplitHostPort(s.opts.RegistrationListen); err == nil {
@@ -235,7 +245,7 @@ func (s *Server) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Req
 		return err
 	}
 	if _, err := s.store.Apply(r.Context(), store.KVPut(regTokenKey(hash), b), store.KVPut(regIDKey(rec.ID), []byte(hash)),
-		event(project, store.KindFleet, f.ID, "token_issued", "registration token "+rec.ID+" issued by "+c.name)); err != nil {
+		s.event(project, store.KindFleet, f.ID, "token_issued", "registration token "+rec.ID+" issued by "+c.name)); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusCreated, api.RegistrationToken{ID: rec.ID, Fleet: f.Name, Token: token})
@@ -271,7 +281,7 @@ func (s *Server) handleRevokeRegistrationToken(w http.ResponseWriter, r *http.Re
 		return err
 	}
 	muts := append([]store.Mutation{store.KVPut(regTokenKey(string(hash)), b),
-		event(project, store.KindFleet, f.ID, "token_revoked", fmt.Sprintf("registration token %s revoked by %s; %d hosts' keys forgotten", id, c.name, len(forget)))}, forget...)
+		s.event(project, store.KindFleet, f.ID, "token_revoked", fmt.Sprintf("registration token %s revoked by %s; %d hosts' keys forgotten", id, c.name, len(forget)))}, forget...)
 	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
@@ -63,13 +62,24 @@ func (s *Server) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	project := sub.run.Project
 	sub.run.Status = store.RunPending
-	plan := api.RunPlan{Action: "create", Run: s.runOut(sub.run, sub.jobs)}
-	if _, active, _ := s.checkNameFree(project, sub.run.Name, true); active != nil {
+	out, err := s.runOut(sub.run, sub.jobs)
+	if err != nil {
+		return err
+	}
+	plan := api.RunPlan{Action: "create", Run: out}
+	_, active, err := s.checkNameFree(project, sub.run.Name, true)
+	if err != nil {
+		return err
+	}
+	if active != nil {
 		plan.Action = "replace"
 	}
 	var req0 taskRequest
 	if len(sub.jobs) > 0 {
-		js, _ := decodeSpec[jobState](sub.jobs[0])
+		js, err := jobSpecOf(sub.jobs[0])
+		if err != nil {
+			return err
+		}
 		req0 = js.Request
 	}
 	plan.Offers = s.offers(project, req0)
@@ -92,8 +102,7 @@ func (s *Server) handleApplyRun(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, s.runOut(run, s.store.Jobs().ByRun(run.ID)))
-		return nil
+		return s.writeRun(w, http.StatusOK, run)
 	}
 	muts, active, err := s.checkNameFree(project, sub.run.Name, req.Force)
 	if err != nil {
@@ -102,18 +111,35 @@ func (s *Server) handleApplyRun(w http.ResponseWriter, r *http.Request) error {
 	if active != nil {
 		// Replacing an active run: stop it; the new one waits in the
 		// queue until the old one's resources are released.
-		muts = append(muts, s.stopMutations(*active, false, "replaced by a new submission from "+user)...)
+		stop, err := s.stopMutations(*active, false, "replaced by a new submission from "+user)
+		if err != nil {
+			return err
+		}
+		muts = append(muts, stop...)
 	}
 	muts = append(muts, store.Create(sub.run))
 	for _, j := range sub.jobs {
 		muts = append(muts, store.Create(j))
 	}
-	muts = append(muts, event(project, store.KindRun, sub.run.ID, store.RunSubmitted, sub.run.Reason))
+	muts = append(muts, s.event(project, store.KindRun, sub.run.ID, store.RunSubmitted, sub.run.Reason))
 	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
 		return err
 	}
-	run, _ := s.store.Runs().Get(sub.run.ID)
-	writeJSON(w, http.StatusCreated, s.runOut(run, s.store.Jobs().ByRun(run.ID)))
+	run, err := s.store.Runs().Get(sub.run.ID)
+	if err != nil {
+		return err
+	}
+	return s.writeRun(w, http.StatusCreated, run)
+}
+
+// writeRun sends the API view of run and its jobs; a corrupt record among
+// them fails the request (500 naming it).
+func (s *Server) writeRun(w http.ResponseWriter, status int, run store.Record) error {
+	out, err := s.runOut(run, s.store.Jobs().ByRun(run.ID))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, out)
 	return nil
 }
 
@@ -159,7 +185,11 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) error {
 		if !all && finishedRun(run.Status) {
 			continue
 		}
-		out = append(out, s.runOut(run, s.store.Jobs().ByRun(run.ID)))
+		o, err := s.runOut(run, s.store.Jobs().ByRun(run.ID))
+		if err != nil {
+			continue // left out of the listing; the record was logged once
+		}
+		out = append(out, o)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -170,8 +200,7 @@ func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.runOut(run, s.store.Jobs().ByRun(run.ID)))
-	return nil
+	return s.writeRun(w, http.StatusOK, run)
 }
 
 func (s *Server) handleStopRun(w http.ResponseWriter, r *http.Request) error {
@@ -195,7 +224,11 @@ func (s *Server) handleStopRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The reconcilers update runs concurrently: retry on a version conflict.
 	for attempt := 0; !finishedRun(run.Status); attempt++ {
-		_, err := s.store.Apply(r.Context(), s.stopMutations(run, req.Abort, reason)...)
+		muts, err := s.stopMutations(run, req.Abort, reason)
+		if err != nil {
+			return err
+		}
+		_, err = s.store.Apply(r.Context(), muts...)
 		if err == nil {
 			break
 		}
@@ -206,27 +239,39 @@ func (s *Server) handleStopRun(w http.ResponseWriter, r *http.Request) error {
 			return conflict("the run keeps changing; try again")
 		}
 		conflictPause(attempt)
-		run, _ = s.store.Runs().Get(run.ID)
+		if run, err = s.store.Runs().Get(run.ID); err != nil {
+			return err
+		}
 	}
-	run, _ = s.store.Runs().Get(run.ID)
-	writeJSON(w, http.StatusOK, s.runOut(run, s.store.Jobs().ByRun(run.ID)))
-	return nil
+	run, err = s.store.Runs().Get(run.ID)
+	if err != nil {
+		return err
+	}
+	return s.writeRun(w, http.StatusOK, run)
 }
 
 // stopMutations moves a run to terminating: jobs not yet on a host end at
-// once, bound ones become terminating and the dispatcher stops them.
-func (s *Server) stopMutations(run store.Record, abort bool, reason string) []store.Mutation {
-	st, _ := decodeSpec[runState](run)
+// once, bound ones become terminating and the dispatcher stops them. A
+// corrupt record of the run or of a job to stop is an error: stopping it
+// would rewrite it from a zero spec.
+func (s *Server) stopMutations(run store.Record, abort bool, reason string) ([]store.Mutation, error) {
+	st, err := runSpecOf(run)
+	if err != nil {
+		return nil, err
+	}
 	st.Stop, st.Abort = true, abort
 	run.Spec = encodeSpec(st)
 	run.Status, run.Reason = store.RunTerminating, reason
-	muts := []store.Mutation{store.Update(run), event(run.Project, store.KindRun, run.ID, run.Status, reason)}
-	now := time.Now().UTC()
+	muts := []store.Mutation{store.Update(run), s.event(run.Project, store.KindRun, run.ID, run.Status, reason)}
+	now := s.now()
 	for _, j := range s.store.Jobs().ByRun(run.ID) {
 		if finishedJob(j.Status) || j.Status == store.JobTerminating && !abort {
 			continue
 		}
-		js, _ := decodeSpec[jobState](j)
+		js, err := jobSpecOf(j)
+		if err != nil {
+			return nil, err
+		}
 		js.Abort = abort
 		if j.Instance == "" {
 			j.Status = store.JobTerminated
@@ -242,7 +287,7 @@ func (s *Server) stopMutations(run store.Record, abort bool, reason string) []st
 		j.Spec = encodeSpec(js)
 		muts = append(muts, store.Update(j))
 	}
-	return muts
+	return muts, nil
 }
 
 func (s *Server) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {
@@ -262,7 +307,11 @@ func (s *Server) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	for _, j := range jobs {
-		_ = s.store.Logs().Remove(j.ID)
+		// The run is deleted; a log left behind is only disk space, said
+		// in the log rather than failing a delete that happened.
+		if err := s.store.Logs().Remove(j.ID); err != nil {
+			s.log.Warn().Err(err).Str("run", run.ID).Str("job", j.ID).Msg("delete run: remove job log")
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -301,9 +350,13 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// runOut is the API view of a run and its jobs.
-func (s *Server) runOut(run store.Record, jobs []store.Record) api.Run {
-	st := cachedSpecOf[runState](&s.specs, run)
+// runOut is the API view of a run and its jobs; a corrupt record among
+// them is an error.
+func (s *Server) runOut(run store.Record, jobs []store.Record) (api.Run, error) {
+	st, err := s.runSpec(run)
+	if err != nil {
+		return api.Run{}, err
+	}
 	out := api.Run{
 		ID: run.ID, Name: run.Name, Project: run.Project, User: run.User, Type: st.Type, Status: run.Status,
 		Reason: run.Reason, Queue: strings.TrimPrefix(run.Queue, run.Project+"/"), Priority: st.Priority,
@@ -315,7 +368,10 @@ func (s *Server) runOut(run store.Record, jobs []store.Record) api.Run {
 	}
 	sort.Slice(jobs, func(i, j int) bool { return jobs[i].ID < jobs[j].ID })
 	for _, j := range jobs {
-		js := cachedSpecOf[jobState](&s.specs, j)
+		js, err := s.jobSpec(j)
+		if err != nil {
+			return api.Run{}, err
+		}
 		if js.Attempt != st.Attempt {
 			continue
 		}
@@ -331,5 +387,5 @@ func (s *Server) runOut(run store.Record, jobs []store.Record) api.Run {
 				CPU: float64(js.Request.CPU) / 1000, Memory: api.Size(js.Request.Memory)},
 		})
 	}
-	return out
+	return out, nil
 }

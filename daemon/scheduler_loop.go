@@ -54,11 +54,11 @@ type snapshotIndex struct {
 // cycle takes a snapshot, schedules it, commits the whole plan in one
 // transaction and dispatches the binds.
 func (s *Server) cycle(ctx context.Context) error {
-	snap, idx := s.snapshot(time.Now())
+	now := s.now()
+	snap, idx := s.snapshot(now)
 	plan := sched.Schedule(snap)
 	var muts []store.Mutation
 	var binds []string
-	now := time.Now().UTC()
 	for _, p := range plan.Placements {
 		if p.Pipelined {
 			continue // binds once the capacity is freed, in a later cycle
@@ -68,11 +68,14 @@ func (s *Server) cycle(ctx context.Context) error {
 			continue
 		}
 		j := recs[p.Task]
-		js, _ := decodeSpec[jobState](j)
+		js, err := jobSpecOf(j)
+		if err != nil {
+			return err // the snapshot left corrupt jobs out: the record changed under the plan
+		}
 		j.Status, j.Instance, j.Reason = store.JobProvisioning, p.Node, "placed on "+p.Node+" by "+string(p.Action)
 		js.Devices, js.BoundAt, js.WhyPending = p.Devices, now, ""
 		j.Spec = encodeSpec(js)
-		muts = append(muts, store.Update(j), event(j.Project, store.KindJob, j.ID, j.Status, j.Reason))
+		muts = append(muts, store.Update(j), s.event(j.Project, store.KindJob, j.ID, j.Status, j.Reason))
 		binds = append(binds, j.ID)
 	}
 	for _, e := range plan.Evictions {
@@ -81,21 +84,27 @@ func (s *Server) cycle(ctx context.Context) error {
 			continue
 		}
 		j := recs[e.Task]
-		js, _ := decodeSpec[jobState](j)
+		js, err := jobSpecOf(j)
+		if err != nil {
+			return err
+		}
 		js.Evicted = true
 		j.Spec = encodeSpec(js)
 		j.Status, j.Reason = store.JobTerminating, string(e.Action)+": "+e.Reason
-		muts = append(muts, store.Update(j), event(j.Project, store.KindJob, j.ID, j.Status, j.Reason))
+		muts = append(muts, store.Update(j), s.event(j.Project, store.KindJob, j.ID, j.Status, j.Reason))
 	}
 	for name, why := range plan.Pending {
 		for _, j := range idx.jobs[name] {
 			if j.Status != store.JobSubmitted || j.Instance != "" {
 				continue
 			}
-			if cachedSpecOf[jobState](&s.specs, j).WhyPending == why {
-				continue
+			if cur, err := s.jobSpec(j); err != nil || cur.WhyPending == why {
+				continue // (a corrupt job is not in the snapshot, and was logged)
 			}
-			js, _ := decodeSpec[jobState](j)
+			js, err := jobSpecOf(j)
+			if err != nil {
+				return err
+			}
 			js.WhyPending = why
 			j.Spec = encodeSpec(js)
 			muts = append(muts, store.Update(j))
@@ -141,13 +150,16 @@ func activeJob(status string) bool {
 
 // snapshot builds the scheduler's input from the store's in-memory indexes.
 func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
-	snap := &sched.Snapshot{Usage: sched.Usage{Window: 7 * 24 * time.Hour, HalfLife: 24 * time.Hour, K: 1, Queues: map[string][]sched.UsageRecord{}}}
+	snap := &sched.Snapshot{Usage: s.usageSnapshot(now)}
 	idx := snapshotIndex{jobs: map[string][]store.Record{}}
 	for _, inst := range s.store.Instances().List() {
 		if inst.Status == store.InstanceTerminated || inst.Status == store.InstanceTerminating || s.agents.get(inst.ID) == nil {
 			continue
 		}
-		st, _ := decodeSpec[instanceState](inst)
+		st, err := s.instanceSpec(inst)
+		if err != nil {
+			continue // not offered: its capacity is unknown (logged once by instanceSpec)
+		}
 		// A host serves its fleet's project only ("" for a shared fleet:
 		// every project); a host whose fleet is gone serves nobody.
 		f, err := s.store.Fleets().Get(inst.Fleet)
@@ -161,19 +173,9 @@ func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 		}
 		snap.Nodes = append(snap.Nodes, node)
 	}
-	snap.Queues = s.schedQueues()
+	var corruptQueue map[string]bool
+	snap.Queues, corruptQueue = s.schedQueues()
 	snap.Topologies = append(snap.Topologies, fleetTopology())
-	for _, u := range s.store.Usage().List() {
-		var secs map[string]float64
-		if decodeJSONBytes(u.Spec, &secs) != nil {
-			continue
-		}
-		rec := sched.UsageRecord{Age: now.Sub(u.CreatedAt)}
-		rec.Hours[sched.GPU] = secs["gpu"] / 3600
-		rec.Hours[sched.CPU] = secs["cpu"] / 3600
-		rec.Hours[sched.Memory] = secs["memory"] / 3600 / float64(api.GB)
-		snap.Usage.Queues[u.Queue] = append(snap.Usage.Queues[u.Queue], rec)
-	}
 	byRun := map[string][]store.Record{}
 	var runIDs []string
 	for _, status := range []string{store.JobSubmitted, store.JobProvisioning, store.JobPulling, store.JobRunning, store.JobTerminating} {
@@ -196,11 +198,23 @@ func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 		}
 		return runs[i].ID < runs[j].ID
 	})
+runs:
 	for _, run := range runs {
-		rs := cachedSpecOf[runState](&s.specs, run)
+		rs, err := s.runSpec(run)
+		if err != nil || corruptQueue[run.Queue] {
+			continue // a corrupt run, or one in a corrupt queue, is not scheduled (logged once)
+		}
 		jobs := byRun[run.ID]
 		sort.Slice(jobs, func(a, b int) bool { return jobs[a].ID < jobs[b].ID })
-		if nb := cachedSpecOf[jobState](&s.specs, jobs[0]).NotBefore; !nb.IsZero() && nb.After(s.clock().Now()) {
+		specs := make(map[string]jobRecordSpec, len(jobs))
+		for _, j := range jobs {
+			js, err := s.jobSpec(j)
+			if err != nil {
+				continue runs // nor is a run with a corrupt job: its gang is not known whole
+			}
+			specs[j.ID] = js
+		}
+		if nb := specs[jobs[0].ID].NotBefore; !nb.IsZero() && nb.After(now) {
 			continue // a cron run waits for its tick
 		}
 		// A service's replicas are scheduled one by one; a task's nodes
@@ -221,7 +235,7 @@ func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 				Nodes: projectNodes(run.Project)}
 			sj.Topology = gangTopology(rs.Type, len(g))
 			for _, j := range g {
-				js := cachedSpecOf[jobState](&s.specs, j)
+				js := specs[j.ID]
 				t := sched.Task{GPU: js.Request.GPU, GPUName: gpuModel(js.Request.GPUName), GPUMemory: js.Request.GPUMemory, CPU: js.Request.CPU, Memory: js.Request.Memory}
 				switch {
 				case j.Status == store.JobTerminating:
@@ -261,10 +275,14 @@ func (s *Server) usageLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-tick.C:
+		case <-tick.C:
+			now := s.now()
 			perQueue := map[string]map[string]float64{}
 			for _, j := range s.store.Jobs().ByStatus(store.JobRunning) {
-				js, _ := decodeSpec[jobState](j)
+				js, err := s.jobSpec(j)
+				if err != nil {
+					continue // its request is unknown (logged once by jobSpec)
+				}
 				m := perQueue[j.Queue]
 				if m == nil {
 					m = map[string]float64{}

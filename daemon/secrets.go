@@ -84,7 +84,7 @@ func (s *Server) handleSetSecret(w http.ResponseWriter, r *http.Request) error {
 		return badField("value", "a secret needs a non-empty value; to remove %s use DELETE (gpud secret delete %s)", name, name)
 	}
 	rec := store.Record{Kind: store.KindSecret, ID: secretID(project, name), Project: project, Name: name, User: c.name, Sealed: []byte(req.Value)}
-	if _, err := s.store.Apply(r.Context(), store.Put(rec), event(project, store.KindSecret, rec.ID, "set", "set by "+c.name)); err != nil {
+	if _, err := s.store.Apply(r.Context(), store.Put(rec), s.event(project, store.KindSecret, rec.ID, "set", "set by "+c.name)); err != nil {
 		return err
 	}
 	stored, err := s.store.Secrets().Get(rec.ID)
@@ -105,7 +105,7 @@ func (s *Server) handleDeleteSecret(w http.ResponseWriter, r *http.Request) erro
 		return notFound("secret", name)
 	}
 	if _, err := s.store.Apply(r.Context(), store.Delete(store.KindSecret, secretID(project, name)),
-		event(project, store.KindSecret, secretID(project, name), "deleted", "deleted by "+c.name)); err != nil {
+		s.event(project, store.KindSecret, secretID(project, name), "deleted", "deleted by "+c.name)); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

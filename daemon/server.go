@@ -88,9 +88,18 @@ type Options struct {
 	// RotateAdminToken makes the admin a fresh token at start (the
 	// embedded default does, as it keeps no token on disk).
 	RotateAdminToken bool
-	// Clock drives the cron schedule: when a scheduled run's next tick is
-	// and when its timer fires (default the wall clock).
+	// Clock is the server's time: the timestamps it records, usage
+	// samples, the cron schedule's ticks and their timers (default the
+	// wall clock).
 	Clock Clock
+	// FairShareWindow, FairShareHalfLife and FairShareK set time-based
+	// fair share (fairshare.go, docs/scheduler.md): how far back queue
+	// usage counts (default 168h, as KAI), the half-life of its decay
+	// (default 24h; negative: no decay, KAI's default) and the strength of
+	// the correction (default 1, as KAI's kValue; negative: off).
+	FairShareWindow   time.Duration
+	FairShareHalfLife time.Duration
+	FairShareK        float64
 	// AgentBinary is the gpud uploaded to SSH fleet hosts (default this
 	// executable); SSHAgentArgs are extra `gpud agent` flags for them
 	// (tests: --fake-gpus); SSHHealth bounds their failure detection.
@@ -166,6 +175,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.LogWaitTimeout <= 0 {
 		opts.LogWaitTimeout = 10 * time.Second
+	}
+	if _, err := fairShareOptions(opts); err != nil {
+		return nil, err
 	}
 	if opts.DefaultImage == "" && !opts.Embedded {
 		opts.DefaultImage = DefaultImage

@@ -191,7 +191,7 @@ func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
 
 // sshEvent records an instance event of an SSH host.
 func (s *Server) sshEvent(h *sshHost, status, reason string) {
-	if _, err := s.store.Apply(context.WithoutCancel(s.ctx), event(h.project, store.KindInstance, h.instance, status, reason)); err != nil {
+	if _, err := s.store.Apply(context.WithoutCancel(s.ctx), s.event(h.project, store.KindInstance, h.instance, status, reason)); err != nil {
 		s.log.Warn().Err(err).Str("instance", h.instance).Msg("record ssh host event")
 	}
 }
@@ -221,7 +221,7 @@ func (s *Server) teardownSSHHost(ctx context.Context, h *sshHost, forget bool) {
 	}
 	if forget && len(s.store.Jobs().ByInstance(h.instance)) == 0 {
 		if _, err := s.store.Apply(context.WithoutCancel(ctx), store.Delete(store.KindInstance, h.instance),
-			event(h.project, store.KindInstance, h.instance, "removed", "host removed from the fleet")); err != nil {
+			s.event(h.project, store.KindInstance, h.instance, "removed", "host removed from the fleet")); err != nil {
 			s.log.Warn().Err(err).Str("instance", h.instance).Msg("remove ssh instance")
 		}
 	}

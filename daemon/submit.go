@@ -92,7 +92,7 @@ func (s *Server) buildRun(project, user string, req api.ApplyRunRequest, cfg *ap
 	if err != nil {
 		return nil, fmt.Errorf("normalize: %w", err)
 	}
-	now := time.Now().UTC()
+	now := s.now()
 	runID := newID()
 	st := runState{Type: cfg.Kind, Config: normalized, SubmittedAt: now, Preemptible: true}
 	if spec.Priority != nil {
@@ -198,9 +198,12 @@ func (s *Server) buildRun(project, user string, req api.ApplyRunRequest, cfg *ap
 			js.RegistryAuth = &api.JobRegistryAuth{Username: u, Password: p}
 		}
 		js.Cluster = api.JobCluster{NodeRank: n.rank, NodesNum: len(nodes)}
-		sealed, _ := json.Marshal(sealedJob{Env: env, RegistryAuth: js.RegistryAuth, Commands: sealedCommands})
+		sealed, err := json.Marshal(sealedJob{Env: env, RegistryAuth: js.RegistryAuth, Commands: sealedCommands})
+		if err != nil {
+			return nil, fmt.Errorf("seal job %s: %w", jobID, err)
+		}
 		js.RegistryAuth = nil
-		jst := jobState{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: len(nodes), Request: requestOf(n.res), Spec: js, SubmittedAt: now, NotBefore: notBefore}
+		jst := jobRecordSpec{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: len(nodes), Request: requestOf(n.res), Spec: js, SubmittedAt: now, NotBefore: notBefore}
 		sub.jobs = append(sub.jobs, store.Record{
 			Kind: store.KindJob, ID: jobID, Project: project, Run: runID, Name: fmt.Sprintf("%s-%d-%d", name, n.replica, n.rank),
 			Status: store.JobSubmitted, Queue: queueID(project, queue), User: user, Reason: "submitted",

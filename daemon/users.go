@@ -69,14 +69,15 @@ func (s *Server) handleCreateUser(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	rec := store.Record{Kind: store.KindUser, ID: req.Name, Name: req.Name, Role: req.Role, TokenHash: store.HashToken(token)}
-	res, err := s.store.Apply(r.Context(), store.Create(rec))
+	_, err = s.store.Apply(r.Context(), store.Create(rec))
 	if errors.Is(err, store.ErrExists) {
 		return conflict("user %q exists", req.Name)
 	} else if err != nil {
 		return err
 	}
-	rec, _ = s.store.Users().Get(req.Name)
-	_ = res
+	if rec, err = s.store.Users().Get(req.Name); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusCreated, api.UserToken{User: userOut(rec), Token: token})
 	return nil
 }
@@ -185,7 +186,10 @@ func (s *Server) handleCreateProject(w http.ResponseWriter, r *http.Request) err
 	if _, err := s.store.Apply(r.Context(), s.projectMutations(req.Name, c.name)...); err != nil {
 		return err
 	}
-	p, _ := s.store.Projects().Get(req.Name)
+	p, err := s.store.Projects().Get(req.Name)
+	if err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusCreated, api.Project{Name: p.Name, Owner: p.User, CreatedAt: p.CreatedAt, Role: api.RoleAdmin})
 	return nil
 }
@@ -195,7 +199,10 @@ func (s *Server) handleGetProject(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	p, _ := s.store.Projects().Get(project)
+	p, err := s.store.Projects().Get(project)
+	if err != nil {
+		return err
+	}
 	role := ""
 	if m, err := s.store.Members().Get(store.MemberID(project, c.name)); err == nil {
 		role = m.Role
@@ -289,7 +296,7 @@ func (s *Server) handleSetMember(w http.ResponseWriter, r *http.Request) error {
 	}
 	rec := store.Record{Kind: store.KindMember, ID: store.MemberID(project, user), Project: project, User: user, Role: req.Role}
 	if _, err := s.store.Apply(r.Context(), store.Put(rec),
-		event(project, store.KindMember, rec.ID, "role_set", fmt.Sprintf("%s made %s by %s", user, req.Role, c.name))); err != nil {
+		s.event(project, store.KindMember, rec.ID, "role_set", fmt.Sprintf("%s made %s by %s", user, req.Role, c.name))); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, api.Member{Project: project, User: user, Role: req.Role})
@@ -310,7 +317,7 @@ func (s *Server) handleDeleteMember(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	if _, err := s.store.Apply(r.Context(), store.Delete(store.KindMember, id),
-		event(project, store.KindMember, id, "removed", user+" removed by "+c.name)); err != nil {
+		s.event(project, store.KindMember, id, "removed", user+" removed by "+c.name)); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
