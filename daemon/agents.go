@@ -185,7 +185,11 @@ func (s *Server) serveLocalAgent(h *agentserver.Host, sock localSocket, id strin
 	s.local = &localAgent{agent: h.Agent, socket: sock.path, id: id, close: func() error {
 		stop()
 		err := <-served
-		sock.remove()
+		if rerr := sock.remove(); rerr != nil {
+			// A directory left in the runtime dir harms nothing: the server's
+			// shutdown does not fail for it.
+			s.log.Warn().Err(rerr).Msg("the local agent's socket directory was left behind")
+		}
 		return errors.Join(err, h.Close())
 	}}
 	return nil

@@ -3,6 +3,7 @@ package daemon
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -86,8 +87,12 @@ func (l localSocket) listen() (net.Listener, error) {
 
 // remove deletes the private directory made for the socket, if any, once
 // the listener (which unlinks the socket) is closed.
-func (l localSocket) remove() {
-	if l.dir != "" {
-		_ = os.Remove(l.dir)
+func (l localSocket) remove() error {
+	if l.dir == "" {
+		return nil
 	}
+	if err := os.Remove(l.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("local agent socket: %w", err)
+	}
+	return nil
 }
