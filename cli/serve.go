@@ -37,6 +37,9 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "registration-listen", Usage: "accept `gpud agent --server` hosts over TLS on this address, like :8443 (docs/fleets.md)"},
 			&cli.StringFlag{Name: "registration-cert", Usage: "TLS certificate for --registration-listen (default: a self-signed one, its CA in DATA_DIR/registration-ca.pem)"},
 			&cli.StringFlag{Name: "registration-key", Usage: "private key of --registration-cert"},
+			&cli.DurationFlag{Name: "fair-share-window", Value: daemon.DefaultFairShareWindow, Usage: "time-based fair share: how far back queue usage counts (KAI's windowSize default, one week); see docs/scheduler.md"},
+			&cli.DurationFlag{Name: "fair-share-half-life", Value: daemon.DefaultFairShareHalfLife, Usage: "time-based fair share: usage weighs half as much this much later; 0 for no decay (KAI's default)"},
+			&cli.Float64Flag{Name: "fair-share-k", Value: daemon.DefaultFairShareK, Usage: "time-based fair share: how strongly past usage lowers a queue's over-quota share (KAI's kValue, default 1); 0 turns it off"},
 		},
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
@@ -51,6 +54,18 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 	if rt == "auto" {
 		rt = ""
 	}
+	window, halfLife, k := c.Duration("fair-share-window"), c.Duration("fair-share-half-life"), c.Float64("fair-share-k")
+	if window <= 0 || halfLife < 0 || k < 0 {
+		return usageError(fmt.Errorf("--fair-share-window must be positive, --fair-share-half-life and --fair-share-k zero or more (see docs/scheduler.md)"))
+	}
+	// 0 is "off" on the command line; in daemon.Options 0 is the default
+	// and a negative value is off.
+	if halfLife == 0 {
+		halfLife = -1
+	}
+	if k == 0 {
+		k = -1
+	}
 	srv, err := daemon.New(ctx, daemon.Options{
 		DataDir: c.String("data-dir"), Listen: c.String("listen"), NoLocalAgent: c.Bool("no-local-agent"),
 		FakeGPUs: c.String("fake-gpus"), Runtime: rt, Version: version, Logger: *log,
@@ -58,6 +73,7 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 		ProcessAsServerUser: c.Bool("process-as-server-user"), ProcessWorkRoot: c.String("process-work-dir"),
 		AllowPrivileged:    c.Bool("allow-privileged"),
 		RegistrationListen: c.String("registration-listen"), RegistrationCert: c.String("registration-cert"), RegistrationKey: c.String("registration-key"),
+		FairShareWindow: window, FairShareHalfLife: halfLife, FairShareK: k,
 	})
 	if err != nil {
 		return err
