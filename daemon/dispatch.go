@@ -93,6 +93,11 @@ func (s *Server) logJobUpdate(err error, j store.Record, what string) {
 	if err == nil || s.ctx.Err() != nil {
 		return
 	}
+	if errors.Is(err, store.ErrNotFound) {
+		// The job was deleted with its finished run: nothing is left to record.
+		s.log.Debug().Err(err).Str("job", j.ID).Msg(what)
+		return
+	}
 	s.log.Error().Err(err).Str("job", j.ID).Str("run", j.Run).Str("instance", j.Instance).Msg(what)
 }
 
