@@ -41,7 +41,7 @@ func (ts *testServer) cycleNow() {
 }
 
 // TestACorruptJobRecordIsReportedNotReadAsEmpty: a job whose stored spec
-// no longer decodes was read as a zero spec (`js, _ := decodeSpec`): the
+// no longer decodes was read as a zero spec (its decode error dropped): the
 // API showed it with no resources and the scheduler saw a job asking for
 // nothing, which fits anywhere, and placed it. Now the run's API view
 // fails with 500 internal naming the job record, the run listing leaves it
