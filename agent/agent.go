@@ -170,8 +170,8 @@ func (a *Agent) watch(j *job) {
 		a.mu.Lock()
 		h := j.rec.Handle
 		a.mu.Unlock()
-		backoff := time.Second
-		for {
+		backoff := api.Backoff{First: time.Second, Max: 30 * time.Second}
+		for retry := 1; ; retry++ {
 			exit, err := a.rt.Wait(a.ctx, h)
 			switch {
 			case a.ctx.Err() != nil:
@@ -185,13 +185,10 @@ func (a *Agent) watch(j *job) {
 			}
 			// The runtime is unreachable (an engine restart): the job may
 			// well still run, so wait again instead of declaring it lost.
-			a.log.Warn().Err(err).Str("job", h.JobID).Dur("retry_in", backoff).Msg("cannot watch job")
-			select {
-			case <-time.After(backoff):
-			case <-a.ctx.Done():
+			a.log.Warn().Err(err).Str("job", h.JobID).Dur("retry_in", backoff.Delay(retry)).Msg("cannot watch job")
+			if !backoff.Sleep(a.ctx, retry) {
 				return
 			}
-			backoff = min(2*backoff, 30*time.Second)
 		}
 	}()
 }

@@ -132,7 +132,8 @@ func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
 	// A host that cannot be reached yet is tried again with backoff; a
 	// changed host key or another architecture needs a person.
 	var host *sshfleet.Host
-	for wait := 5 * time.Second; ; wait = min(2*wait, time.Minute) {
+	backoff := api.Backoff{First: 5 * time.Second, Max: time.Minute}
+	for retry := 1; ; retry++ {
 		var err error
 		host, err = sshfleet.Provision(ctx, h.target, sshfleet.Options{Dialer: dialer, Binary: s.opts.AgentBinary,
 			AgentArgs: s.opts.SSHAgentArgs, Logger: log})
@@ -149,10 +150,8 @@ func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
 		if errors.Is(err, sshfleet.ErrHostKeyChanged) || errors.Is(err, sshfleet.ErrArchMismatch) {
 			return
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, retry) {
 			return
-		case <-time.After(wait):
 		}
 	}
 	cl, err := agentclient.New(sshfleet.AgentBaseURL, host.Token, host.HTTPClient())

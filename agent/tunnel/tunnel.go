@@ -30,6 +30,8 @@ import (
 
 	"github.com/hashicorp/yamux"
 	"github.com/rs/zerolog"
+
+	"gpud.dev/gpud/api"
 )
 
 // Protocol constants both ends share.
@@ -88,12 +90,11 @@ func Serve(ctx context.Context, cfg Config) error {
 	if cfg.Token == "" || cfg.AgentToken == "" || cfg.Handler == nil || len(cfg.Key.Certificate) == 0 {
 		return errors.New("tunnel: a registration token, an agent token, a host key and a handler are required")
 	}
-	maxBackoff := cfg.MaxBackoff
-	if maxBackoff == 0 {
-		maxBackoff = 30 * time.Second
+	backoff := api.Backoff{First: 250 * time.Millisecond, Max: cfg.MaxBackoff}
+	if backoff.Max == 0 {
+		backoff.Max = 30 * time.Second
 	}
-	backoff := 250 * time.Millisecond
-	for {
+	for retry := 1; ; retry++ {
 		connected, err := serveOnce(ctx, u, cfg)
 		if ctx.Err() != nil {
 			return nil
@@ -102,15 +103,12 @@ func Serve(ctx context.Context, cfg Config) error {
 			return err
 		}
 		if connected {
-			backoff = 250 * time.Millisecond
+			retry = 1 // it was up: the next drop starts the backoff again
 		}
-		cfg.Logger.Warn().Err(err).Dur("retry_in", backoff).Msg("registration tunnel down")
-		select {
-		case <-ctx.Done():
+		cfg.Logger.Warn().Err(err).Dur("retry_in", backoff.Delay(retry)).Msg("registration tunnel down")
+		if !backoff.Sleep(ctx, retry) {
 			return nil
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, maxBackoff)
 	}
 }
 

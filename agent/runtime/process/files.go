@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gpud.dev/gpud/agent/runtime"
+	"gpud.dev/gpud/internal/atomicfile"
 )
 
 // launch is what the agent asks the shim to run. It holds the job's
@@ -80,23 +81,7 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteFile(path, b, 0o600)
 }
 
 func readJSON(path string, v any) error {
