@@ -18,7 +18,7 @@ import (
 // These tests drive the client against real HTTP servers that misbehave
 // on purpose (error bodies, outages, broken streams): the conditions the
 // client must handle and the daemon cannot be made to produce on demand.
-// The daemon's own answers are covered by the e2e tests of package main.
+// The daemon's own answers are covered by the e2e tests of the cli package and internal/e2e.
 
 func fastClient(t *testing.T, url, token string) *Client {
 	t.Helper()

@@ -7,5 +7,6 @@
 // job log collection, and the service proxy without a gateway.
 //
 // daemon is the only package that imports store, sched and agent together.
-// Nothing in gpud imports daemon except package main.
+// Nothing in gpud imports daemon except the command line (cli/); the
+// layering test (internal/layering) enforces it.
 package daemon
