@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -38,23 +36,7 @@ func startDockerServer(t testing.TB) *testServer {
 // runLogs returns the run's output lines.
 func (ts *testServer) runLogs(run string) []string {
 	ts.t.Helper()
-	req, _ := http.NewRequest("GET", ts.URL()+"/api/v1/projects/main/runs/"+run+"/logs", nil)
-	req.Header.Set("Authorization", "Bearer "+ts.admin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		ts.t.Fatalf("logs of %s: %v", run, err)
-	}
-	defer resp.Body.Close()
-	var lines []string
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		var e api.LogEntry
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			ts.t.Fatalf("logs of %s: %q: %v", run, sc.Text(), err)
-		}
-		lines = append(lines, e.Line)
-	}
-	return lines
+	return lineTexts(ts.getLogs(run, ""))
 }
 
 // waitRunEnd waits until the run has finished and returns it.

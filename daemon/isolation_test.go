@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -137,26 +135,7 @@ func waitProjectRun(rs *regServer, project, run string, ok func(api.Run) bool) a
 // projectRunLogs reads a run's log lines through the API.
 func projectRunLogs(rs *regServer, project, run string) []string {
 	rs.t.Helper()
-	req, err := http.NewRequest("GET", rs.URL()+"/api/v1/projects/"+project+"/runs/"+run+"/logs", nil)
-	if err != nil {
-		rs.t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+rs.admin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		rs.t.Fatalf("logs of %s: %v", run, err)
-	}
-	defer resp.Body.Close()
-	var lines []string
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		var e api.LogEntry
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			rs.t.Fatalf("logs of %s: %q: %v", run, sc.Text(), err)
-		}
-		lines = append(lines, e.Line)
-	}
-	return lines
+	return lineTexts(rs.projectLogs(project, run, ""))
 }
 
 // stopIsolationRuns stops the projects' runs through their agents and

@@ -18,7 +18,13 @@ import (
 // api.MaxLogRecord (a bufio.Scanner would stop at its buffer).
 func (ts *testServer) getLogs(run, query string) []api.LogEntry {
 	ts.t.Helper()
-	req, err := http.NewRequest("GET", ts.URL()+"/api/v1/projects/main/runs/"+run+"/logs?"+query, nil)
+	return ts.projectLogs("main", run, query)
+}
+
+// projectLogs is getLogs for a run of any project.
+func (ts *testServer) projectLogs(project, run, query string) []api.LogEntry {
+	ts.t.Helper()
+	req, err := http.NewRequest("GET", ts.URL()+"/api/v1/projects/"+project+"/runs/"+run+"/logs?"+query, nil)
 	if err != nil {
 		ts.t.Fatal(err)
 	}
@@ -42,6 +48,15 @@ func (ts *testServer) getLogs(run, query string) []api.LogEntry {
 	})
 	if err != nil {
 		ts.t.Fatalf("logs of %s?%s: %v", run, query, err)
+	}
+	return out
+}
+
+// lineTexts returns the entries' lines, in order.
+func lineTexts(es []api.LogEntry) []string {
+	out := make([]string, 0, len(es))
+	for _, e := range es {
+		out = append(out, e.Line)
 	}
 	return out
 }
