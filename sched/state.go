@@ -116,8 +116,8 @@ type op struct {
 
 // cycle is the working state of one Schedule call.
 type cycle struct {
-	snap     *Snapshot
-	policy   Policy
+	snap   *Snapshot
+	policy Policy
 	// gpu and cpu score candidates by the policy's strategies.
 	gpu, cpu scorer
 	nodes    []nodeState
