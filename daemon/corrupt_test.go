@@ -36,7 +36,7 @@ func (ts *testServer) corruptSpec(kind store.Kind, id string) store.Record {
 func (ts *testServer) cycleNow() {
 	ts.t.Helper()
 	testutil.Eventually(ts.t, 10*time.Second, func() error {
-		return ts.cycle(context.Background())
+		return ts.scheduler.cycle(context.Background())
 	})
 }
 

@@ -38,7 +38,7 @@ func TestFairShareSettingsReachTheSchedulerSnapshot(t *testing.T) {
 			if _, err := ts.store.Apply(context.Background(), store.AddUsage(queueID("main", "default"), at, map[string]float64{"gpu": 3600})); err != nil {
 				t.Fatal(err)
 			}
-			snap, _ := ts.snapshot(ts.now())
+			snap, _ := ts.scheduler.snapshot(ts.now())
 			got := sched3{snap.Usage.Window, snap.Usage.HalfLife, snap.Usage.K}
 			if got != tc.want {
 				t.Fatalf("snapshot usage settings %+v, want %+v", got, tc.want)

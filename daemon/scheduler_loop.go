@@ -13,6 +13,12 @@ import (
 	"gpud.dev/gpud/store"
 )
 
+// scheduler owns the scheduling loop: it turns the store's queues, runs,
+// jobs and instances into a sched.Snapshot, commits the plan sched.Schedule
+// returns and dispatches what it binds; it also samples queue usage for
+// time-based fair share.
+type scheduler struct{ *Server }
+
 // kick wakes a loop without blocking: one pending wake-up is enough.
 func kick(c chan struct{}) {
 	select {
@@ -24,7 +30,7 @@ func kick(c chan struct{}) {
 // schedulerLoop runs a cycle whenever the change feed reports something
 // that can change a placement (a job, queue or instance), and every
 // resync interval as a safety net.
-func (s *Server) schedulerLoop(ctx context.Context) {
+func (s *scheduler) schedulerLoop(ctx context.Context) {
 	tick := time.NewTicker(s.opts.ResyncInterval)
 	defer tick.Stop()
 	for {
@@ -53,7 +59,7 @@ type snapshotIndex struct {
 
 // cycle takes a snapshot, schedules it, commits the whole plan in one
 // transaction and dispatches the binds.
-func (s *Server) cycle(ctx context.Context) error {
+func (s *scheduler) cycle(ctx context.Context) error {
 	now := s.now()
 	snap, idx := s.snapshot(now)
 	plan := sched.Schedule(snap)
@@ -149,7 +155,7 @@ func activeJob(status string) bool {
 }
 
 // snapshot builds the scheduler's input from the store's in-memory indexes.
-func (s *Server) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
+func (s *scheduler) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 	snap := &sched.Snapshot{Usage: s.usageSnapshot(now)}
 	idx := snapshotIndex{jobs: map[string][]store.Record{}}
 	for _, inst := range s.store.Instances().List() {
@@ -267,7 +273,7 @@ func gpuModel(name string) string {
 
 // usageLoop records what running jobs hold, per queue, once a minute, for
 // time-based fair share.
-func (s *Server) usageLoop(ctx context.Context) {
+func (s *scheduler) usageLoop(ctx context.Context) {
 	const every = time.Minute
 	tick := time.NewTicker(every)
 	defer tick.Stop()

@@ -148,6 +148,10 @@ type Server struct {
 	// specs caches decoded run and job specs for hot reads.
 	specs specCache
 
+	// The parts, each owning one side of the server (doc.go) and holding
+	// this Server.
+	scheduler *scheduler
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -193,6 +197,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
 	s := &Server{opts: opts, log: opts.Logger, store: st, schedWake: make(chan struct{}, 1)}
+	s.scheduler = &scheduler{s}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := s.start(ctx); err != nil {
 		s.cancel()
@@ -216,7 +221,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.adoptJobs(ctx)
 	s.resumeSSHFleets()
-	for _, loop := range []func(context.Context){s.feedLoop, s.schedulerLoop, s.usageLoop} {
+	for _, loop := range []func(context.Context){s.feedLoop, s.scheduler.schedulerLoop, s.scheduler.usageLoop} {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

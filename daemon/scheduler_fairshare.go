@@ -64,7 +64,7 @@ func fairShareOptions(o Options) (fairShareSettings, error) {
 
 // fairShare is the server's resolved fair-share settings (New checked
 // them; an unchecked Options falls back to the defaults).
-func (s *Server) fairShare() fairShareSettings {
+func (s *scheduler) fairShare() fairShareSettings {
 	fs, err := fairShareOptions(s.opts)
 	if err != nil {
 		return fairShareSettings{Window: DefaultFairShareWindow, HalfLife: DefaultFairShareHalfLife, K: DefaultFairShareK}
@@ -75,12 +75,12 @@ func (s *Server) fairShare() fairShareSettings {
 // usageOf reads a usage record's resource-seconds ("gpu", "cpu",
 // "memory"), decoded once per version; a corrupt one is logged once and
 // left out of fair share.
-func (s *Server) usageOf(u store.Record) (map[string]float64, error) {
-	return cachedSpecFor[map[string]float64](s, u)
+func (s *scheduler) usageOf(u store.Record) (map[string]float64, error) {
+	return cachedSpecFor[map[string]float64](s.Server, u)
 }
 
 // usageSnapshot is the scheduler's view of the recorded usage at now.
-func (s *Server) usageSnapshot(now time.Time) sched.Usage {
+func (s *scheduler) usageSnapshot(now time.Time) sched.Usage {
 	fs := s.fairShare()
 	u := sched.Usage{Window: fs.Window, HalfLife: fs.HalfLife, K: fs.K, Queues: map[string][]sched.UsageRecord{}}
 	for _, r := range s.store.Usage().List() {
