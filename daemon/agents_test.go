@@ -21,7 +21,7 @@ func TestRegisteringOverAnUndecodableInstanceSaysTheRecordIsCorrupt(t *testing.T
 	if _, err := ts.store.Apply(ctx, store.Put(bad)); err != nil {
 		t.Fatal(err)
 	}
-	err := ts.registerInstance(ctx, localFleet, "reg-corrupt", "remote", api.HostInfo{Hostname: "h"}, nil)
+	err := ts.hosts.registerInstance(ctx, localFleet, "reg-corrupt", "remote", api.HostInfo{Hostname: "h"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "stored instance") || strings.Contains(err.Error(), "belongs to") {
 		t.Fatalf("register over a corrupt instance: %v; want the decode error", err)
 	}

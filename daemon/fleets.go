@@ -179,7 +179,7 @@ func (s *Server) handleApplyFleet(w http.ResponseWriter, r *http.Request) error 
 	if _, err := s.store.Apply(r.Context(), store.Put(rec), s.event(project, store.KindFleet, rec.ID, "applied", "applied by "+c.name)); err != nil {
 		return err
 	}
-	s.applySSHFleet(rec.ID, project, cfg.Fleet)
+	s.hosts.applySSHFleet(rec.ID, project, cfg.Fleet)
 	rec, err = s.store.Fleets().Get(rec.ID)
 	if err != nil {
 		return err
@@ -209,15 +209,15 @@ func (s *Server) handleDeleteFleet(w http.ResponseWriter, r *http.Request) error
 	}
 	// Its registration tokens and hosts' keys go with it, in the same
 	// commit: a token must never outlive the fleet it admits hosts to.
-	tokens, err := s.fleetTokenMutations(r.Context(), f.ID)
+	tokens, err := s.hosts.fleetTokenMutations(r.Context(), f.ID)
 	if err != nil {
 		return err
 	}
 	if _, err := s.store.Apply(r.Context(), append(muts, tokens...)...); err != nil {
 		return err
 	}
-	s.dropFleetTunnels(f.ID)
-	s.deleteSSHFleet(r.Context(), f.ID)
+	s.hosts.dropFleetTunnels(f.ID)
+	s.hosts.deleteSSHFleet(r.Context(), f.ID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

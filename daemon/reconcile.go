@@ -331,7 +331,7 @@ func (s *Server) adoptJobs(ctx context.Context) {
 		onAgent := map[string]bool{}
 		for _, st := range have {
 			onAgent[st.ID] = true
-			s.adoptAgentJob(ctx, l, st)
+			s.hosts.adoptAgentJob(ctx, l, st)
 		}
 		for _, j := range s.store.Jobs().ByInstance(l.instance) {
 			if onAgent[j.ID] || !activeJob(j.Status) {

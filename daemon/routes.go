@@ -54,7 +54,7 @@ func (s *Server) routes() (http.Handler, error) {
 		"GET /api/v1/projects/{project}/secrets/{name}":                s.handleGetSecret,
 		"PUT /api/v1/projects/{project}/secrets/{name}":                s.handleSetSecret,
 		"DELETE /api/v1/projects/{project}/secrets/{name}":             s.handleDeleteSecret,
-		"POST /api/v1/agents/heartbeat":                                s.handleHeartbeat,
+		"POST /api/v1/agents/heartbeat":                                s.hosts.handleHeartbeat,
 		"/proxy/services/{project}/{run}/{path...}":                    s.handleServiceProxy,
 	}
 	mux := http.NewServeMux()

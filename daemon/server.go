@@ -150,6 +150,7 @@ type Server struct {
 
 	// The parts, each owning one side of the server (doc.go) and holding
 	// this Server.
+	hosts     *hosts
 	scheduler *scheduler
 
 	ctx    context.Context
@@ -197,6 +198,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
 	s := &Server{opts: opts, log: opts.Logger, store: st, schedWake: make(chan struct{}, 1)}
+	s.hosts = &hosts{s}
 	s.scheduler = &scheduler{s}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := s.start(ctx); err != nil {
@@ -215,12 +217,12 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.adminToken = token
 	if !s.opts.NoLocalAgent {
-		if err := s.startLocalAgent(ctx); err != nil {
+		if err := s.hosts.startLocalAgent(ctx); err != nil {
 			return err
 		}
 	}
 	s.adoptJobs(ctx)
-	s.resumeSSHFleets()
+	s.hosts.resumeSSHFleets()
 	for _, loop := range []func(context.Context){s.feedLoop, s.scheduler.schedulerLoop, s.scheduler.usageLoop} {
 		s.wg.Add(1)
 		go func() {
@@ -240,7 +242,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.listener = ln
 	s.url = "http://" + ln.Addr().String()
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	return s.startRegistration()
+	return s.hosts.startRegistration()
 }
 
 // URL is the base URL the API is served on ("http://127.0.0.1:3000").
@@ -282,7 +284,7 @@ func (s *Server) Close() error {
 			err = errors.Join(err, s.registrationHTTP.Close())
 		}
 		s.cancel()
-		s.closeSSHFleets()
+		s.hosts.closeSSHFleets()
 		s.wg.Wait()
 		if s.local != nil {
 			err = errors.Join(err, s.local.close())
@@ -291,3 +293,7 @@ func (s *Server) Close() error {
 	})
 	return s.closeErr
 }
+
+// RegistrationURL is the https:// URL agents register at, "" when
+// registration is off.
+func (s *Server) RegistrationURL() string { return s.registrationURL }

@@ -246,7 +246,7 @@ func (s *Server) handleDeleteProject(w http.ResponseWriter, r *http.Request) err
 			muts = append(muts, store.Delete(k, rec.ID))
 		}
 	}
-	tokens, err := s.projectTokenMutations(r.Context(), project)
+	tokens, err := s.hosts.projectTokenMutations(r.Context(), project)
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,7 @@ func (a *agentSet) remove(instance string) {
 // hostUnreachable takes instance out of scheduling and fails the jobs on
 // it with instance_unreachable (interrupted, so the retry policy applies).
 // Jobs that were already being stopped end as stopped.
-func (s *Server) hostUnreachable(ctx context.Context, instance, why string) {
+func (s *hosts) hostUnreachable(ctx context.Context, instance, why string) {
 	if s.ctx.Err() != nil {
 		return // the server is shutting down: the connections closing are its own
 	}
@@ -69,7 +69,7 @@ func (s *Server) hostUnreachable(ctx context.Context, instance, why string) {
 // stopGangSiblings stops the other nodes of a lost job's multi-node gang:
 // torchrun, MPI and the like cannot go on without a node, and the run's
 // attempt must end for its retry policy to start the whole gang again.
-func (s *Server) stopGangSiblings(ctx context.Context, lost store.Record, reason string) {
+func (s *hosts) stopGangSiblings(ctx context.Context, lost store.Record, reason string) {
 	ls, err := s.jobSpec(lost)
 	if err != nil {
 		return // its gang is unknown (logged once by jobSpec); the lost job itself is failed
@@ -99,7 +99,7 @@ func (s *Server) stopGangSiblings(ctx context.Context, lost store.Record, reason
 
 // hostBack links a host that answers again and, in the background,
 // reconciles its agent's jobs with the store.
-func (s *Server) hostBack(l *agentLink) {
+func (s *hosts) hostBack(l *agentLink) {
 	if l == nil {
 		return
 	}
@@ -116,7 +116,7 @@ func (s *Server) hostBack(l *agentLink) {
 // host comes back: each job the agent has is adopted (adoptAgentJob); a job
 // the store thinks is running there that the agent no longer has fails as
 // interrupted.
-func (s *Server) reconcileHostJobs(ctx context.Context, l *agentLink) {
+func (s *hosts) reconcileHostJobs(ctx context.Context, l *agentLink) {
 	if l == nil || l.client == nil {
 		return
 	}
@@ -146,7 +146,7 @@ func (s *Server) reconcileHostJobs(ctx context.Context, l *agentLink) {
 // while the host was away) or has already finished is stopped when it
 // still runs, with an event saying why: it would otherwise hold GPUs the
 // scheduler believes are free, for ever.
-func (s *Server) adoptAgentJob(ctx context.Context, l *agentLink, st api.JobStatus) {
+func (s *hosts) adoptAgentJob(ctx context.Context, l *agentLink, st api.JobStatus) {
 	j, err := s.store.Jobs().Get(st.ID)
 	if err == nil && j.Instance == l.instance && !finishedJob(j.Status) {
 		s.applyAgentStatus(ctx, st)
@@ -187,7 +187,7 @@ func (s *Server) adoptAgentJob(ctx context.Context, l *agentLink, st api.JobStat
 }
 
 // instanceProject is the project of instance's fleet ("" if unknown).
-func (s *Server) instanceProject(instance string) string {
+func (s *hosts) instanceProject(instance string) string {
 	inst, err := s.store.Instances().Get(instance)
 	if err != nil {
 		return ""

@@ -25,7 +25,6 @@ import (
 
 	agentclient "gpud.dev/gpud/agent/client"
 	"gpud.dev/gpud/agent/tunnel"
-	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
 )
 
@@ -84,7 +83,7 @@ func (k kvTokens) CheckRegistrationToken(ctx context.Context, token string) (tun
 }
 
 // startRegistration listens for agent tunnels on Options.RegistrationListen.
-func (s *Server) startRegistration() error {
+func (s *hosts) startRegistration() error {
 	if s.opts.RegistrationListen == "" {
 		return nil
 	}
@@ -92,7 +91,7 @@ func (s *Server) startRegistration() error {
 	if err != nil {
 		return err
 	}
-	s.registration = &tunnel.Acceptor{Tokens: kvTokens{s.store}, Hosts: &storeHosts{s: s}, Logger: s.log,
+	s.registration = &tunnel.Acceptor{Tokens: kvTokens{s.store}, Hosts: &storeHosts{s: s.Server}, Logger: s.log,
 		KeepaliveInterval: s.opts.SSHHealth.KeepaliveInterval,
 		OnConnect: func(a *tunnel.Agent) {
 			s.wg.Add(1)
@@ -140,7 +139,7 @@ func (s *Server) startRegistration() error {
 }
 
 // registerTunnelAgent records a registered host as an instance.
-func (s *Server) registerTunnelAgent(a *tunnel.Agent) {
+func (s *hosts) registerTunnelAgent(a *tunnel.Agent) {
 	cl, err := agentclient.New(tunnel.BaseURL, a.Token, a.HTTPClient())
 	if err != nil {
 		s.log.Warn().Err(err).Str("fleet", a.Fleet).Str("host", a.Host).Msg("register tunnel agent")
@@ -164,7 +163,7 @@ func (s *Server) registerTunnelAgent(a *tunnel.Agent) {
 
 // registrationCert loads the configured certificate, or makes (once) and
 // reuses a self-signed one in the data dir, with its CA file for agents.
-func (s *Server) registrationCert() (tls.Certificate, error) {
+func (s *hosts) registrationCert() (tls.Certificate, error) {
 	if s.opts.RegistrationCert != "" {
 		return tls.LoadX509KeyPair(s.opts.RegistrationCert, s.opts.RegistrationKey)
 	}
@@ -211,92 +210,11 @@ func (s *Server) registrationCert() (tls.Certificate, error) {
 	return tls.LoadX509KeyPair(certFile, keyFile)
 }
 
-// tokenFleet is authorizedFleet for the token handlers: a project's
-// fleet takes a manager of the project; a shared fleet, whose hosts serve
-// every project, takes a global admin.
-func (s *Server) tokenFleet(r *http.Request, verb string) (string, caller, store.Record, error) {
-	project, c, f, err := s.authorizedFleet(r, api.RoleManager)
-	if err == nil && f.Project == "" && !c.admin {
-		err = forbidden("fleet %q is shared by every project: only a global admin may %s its registration tokens", f.Name, verb)
-	}
-	return project, c, f, err
-}
-
-// handleIssueRegistrationToken issues a token for a fleet (manager; a
-// global admin for a shared fleet).
-func (s *Server) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Request) error {
-	project, c, f, err := s.tokenFleet(r, "issue")
-	if err != nil {
-		return err
-	}
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		return err
-	}
-	token := "gpudreg_" + hex.EncodeToString(raw)
-	sum := sha256.Sum256([]byte(token))
-	hash := hex.EncodeToString(sum[:])
-	// The token belongs to the fleet's project ("" for a shared fleet),
-	// not to the path's: deleting the project a global admin happened to
-	// name must not take a shared fleet's token with it.
-	rec := regTokenRecord{Fleet: f.ID, Project: f.Project, ID: hash[:12]}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	if _, err := s.store.Apply(r.Context(), store.KVPut(regTokenKey(hash), b), store.KVPut(regIDKey(rec.ID), []byte(hash)),
-		s.event(project, store.KindFleet, f.ID, "token_issued", "registration token "+rec.ID+" issued by "+c.name)); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, api.RegistrationToken{ID: rec.ID, Fleet: f.Name, Token: token})
-	return nil
-}
-
-// handleRevokeRegistrationToken revokes a token, drops its tunnels and
-// forgets the keys of the hosts that registered with it.
-func (s *Server) handleRevokeRegistrationToken(w http.ResponseWriter, r *http.Request) error {
-	project, c, f, err := s.tokenFleet(r, "revoke")
-	if err != nil {
-		return err
-	}
-	id := r.PathValue("id")
-	hash, err := s.store.KV().Load(r.Context(), regIDKey(id))
-	if err != nil {
-		return notFound("registration token", id)
-	}
-	b, err := s.store.KV().Load(r.Context(), regTokenKey(string(hash)))
-	if err != nil {
-		return notFound("registration token", id)
-	}
-	var rec regTokenRecord
-	if json.Unmarshal(b, &rec) != nil || rec.Fleet != f.ID {
-		return notFound("registration token", id)
-	}
-	rec.Revoked = true
-	if b, err = json.Marshal(rec); err != nil {
-		return err
-	}
-	forget, err := s.forgetTokenHosts(r.Context(), f.ID, id)
-	if err != nil {
-		return err
-	}
-	muts := append([]store.Mutation{store.KVPut(regTokenKey(string(hash)), b),
-		s.event(project, store.KindFleet, f.ID, "token_revoked", fmt.Sprintf("registration token %s revoked by %s; %d hosts' keys forgotten", id, c.name, len(forget)))}, forget...)
-	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
-		return err
-	}
-	if s.registration != nil {
-		s.registration.DropToken(id)
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
 // fleetTokenMutations returns the mutations that delete fleetID's
 // registration tokens and its hosts' key bindings, for deleting the fleet.
 // After they apply, dropFleetTunnels closes its hosts' tunnels; the
 // agents cannot come back, their tokens being gone.
-func (s *Server) fleetTokenMutations(ctx context.Context, fleetID string) ([]store.Mutation, error) {
+func (s *hosts) fleetTokenMutations(ctx context.Context, fleetID string) ([]store.Mutation, error) {
 	muts := []store.Mutation{store.KVDelete(regHostsDir(fleetID))}
 	toks, err := s.tokenRecords(ctx)
 	if err != nil {
@@ -313,7 +231,7 @@ func (s *Server) fleetTokenMutations(ctx context.Context, fleetID string) ([]sto
 // projectTokenMutations deletes every registration token recorded for
 // project, whatever its fleet (tokens a project's manager once issued for
 // a fleet that is gone, or for the shared fleet before only admins could).
-func (s *Server) projectTokenMutations(ctx context.Context, project string) ([]store.Mutation, error) {
+func (s *hosts) projectTokenMutations(ctx context.Context, project string) ([]store.Mutation, error) {
 	toks, err := s.tokenRecords(ctx)
 	if err != nil {
 		return nil, err
@@ -328,7 +246,7 @@ func (s *Server) projectTokenMutations(ctx context.Context, project string) ([]s
 }
 
 // tokenRecords reads every registration token record by hash.
-func (s *Server) tokenRecords(ctx context.Context) (map[string]regTokenRecord, error) {
+func (s *hosts) tokenRecords(ctx context.Context) (map[string]regTokenRecord, error) {
 	keys, err := s.store.KV().List(ctx, "registration/tokens", false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -352,12 +270,8 @@ func (s *Server) tokenRecords(ctx context.Context) (map[string]regTokenRecord, e
 }
 
 // dropFleetTunnels closes the tunnels of fleetID's registered hosts.
-func (s *Server) dropFleetTunnels(fleetID string) {
+func (s *hosts) dropFleetTunnels(fleetID string) {
 	if s.registration != nil {
 		s.registration.DropFleet(fleetID)
 	}
 }
-
-// RegistrationURL is the https:// URL agents register at, "" when
-// registration is off.
-func (s *Server) RegistrationURL() string { return s.registrationURL }

@@ -80,7 +80,7 @@ func sshInstanceID(fleetID, host string) string {
 // applySSHFleet provisions the hosts of spec that are new or changed and
 // tears down those no longer listed. It returns at once; provisioning runs
 // in the background and reports through instance records and events.
-func (s *Server) applySSHFleet(fleetID, project string, spec *api.FleetSpec) {
+func (s *hosts) applySSHFleet(fleetID, project string, spec *api.FleetSpec) {
 	want := map[string]sshfleet.Target{}
 	for _, t := range sshfleet.Targets(spec.SSHConfig) {
 		want[sshInstanceID(fleetID, t.Name)] = t
@@ -124,7 +124,7 @@ func (s *Server) applySSHFleet(fleetID, project string, spec *api.FleetSpec) {
 
 // runSSHHost provisions h, registers its instance and monitors it until
 // ctx ends.
-func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
+func (s *hosts) runSSHHost(ctx context.Context, h *sshHost) {
 	log := s.log.With().Str("fleet", h.fleet).Str("host", h.target.Name).Logger()
 	dialer := &sshfleet.Dialer{Keys: kvHostKeys{s.store.KV()},
 		AcceptKeyHint: "If the change is expected, check the new fingerprint on the host, then remove the pinned key (store key " +
@@ -189,7 +189,7 @@ func (s *Server) runSSHHost(ctx context.Context, h *sshHost) {
 }
 
 // sshEvent records an instance event of an SSH host.
-func (s *Server) sshEvent(h *sshHost, status, reason string) {
+func (s *hosts) sshEvent(h *sshHost, status, reason string) {
 	if _, err := s.store.Apply(context.WithoutCancel(s.ctx), s.event(h.project, store.KindInstance, h.instance, status, reason)); err != nil {
 		s.log.Warn().Err(err).Str("instance", h.instance).Msg("record ssh host event")
 	}
@@ -197,7 +197,7 @@ func (s *Server) sshEvent(h *sshHost, status, reason string) {
 
 // setInstanceHealth puts a host's health problem in its instance's reason
 // ("" when healthy), which `gpud fleet list` shows.
-func (s *Server) setInstanceHealth(instance, problem string) {
+func (s *hosts) setInstanceHealth(instance, problem string) {
 	rec, err := s.store.Instances().Get(instance)
 	if err != nil || rec.Reason == problem {
 		return
@@ -210,7 +210,7 @@ func (s *Server) setInstanceHealth(instance, problem string) {
 
 // teardownSSHHost stops h's monitor, stops and removes its agent and, with
 // forget, deletes its instance record when no job is on it.
-func (s *Server) teardownSSHHost(ctx context.Context, h *sshHost, forget bool) {
+func (s *hosts) teardownSSHHost(ctx context.Context, h *sshHost, forget bool) {
 	h.cancel()
 	<-h.done
 	if h.host != nil {
@@ -227,7 +227,7 @@ func (s *Server) teardownSSHHost(ctx context.Context, h *sshHost, forget bool) {
 }
 
 // deleteSSHFleet tears down every host of fleetID and waits for it.
-func (s *Server) deleteSSHFleet(ctx context.Context, fleetID string) {
+func (s *hosts) deleteSSHFleet(ctx context.Context, fleetID string) {
 	s.ssh.mu.Lock()
 	var hosts []*sshHost
 	for id, h := range s.ssh.hosts {
@@ -245,7 +245,7 @@ func (s *Server) deleteSSHFleet(ctx context.Context, fleetID string) {
 }
 
 // resumeSSHFleets reconnects the SSH fleets in the store at start.
-func (s *Server) resumeSSHFleets() {
+func (s *hosts) resumeSSHFleets() {
 	for _, f := range s.store.Fleets().List() {
 		if cfg := fleetConfig(f); cfg != nil && cfg.SSHConfig != nil {
 			s.applySSHFleet(f.ID, f.Project, cfg)
@@ -267,7 +267,7 @@ func fleetConfig(f store.Record) *api.FleetSpec {
 }
 
 // closeSSHFleets closes the SSH connections; agents and jobs keep running.
-func (s *Server) closeSSHFleets() {
+func (s *hosts) closeSSHFleets() {
 	s.ssh.mu.Lock()
 	defer s.ssh.mu.Unlock()
 	for _, h := range s.ssh.hosts {

@@ -115,7 +115,7 @@ func short(fp string) string {
 
 // hostBindings lists the bindings of fleetID, or of every fleet when
 // fleetID is "".
-func (s *Server) hostBindings(ctx context.Context, fleetID string) ([]hostBinding, []string, error) {
+func (s *hosts) hostBindings(ctx context.Context, fleetID string) ([]hostBinding, []string, error) {
 	dir := "registration/hosts"
 	if fleetID != "" {
 		dir = regHostsDir(fleetID)
@@ -149,7 +149,7 @@ func (s *Server) hostBindings(ctx context.Context, fleetID string) ([]hostBindin
 // forgetTokenHosts returns the mutations that forget the keys of the hosts
 // that last registered with token id: revoking a token is how a manager
 // lets a reinstalled host (a new key) take its name again.
-func (s *Server) forgetTokenHosts(ctx context.Context, fleetID, id string) ([]store.Mutation, error) {
+func (s *hosts) forgetTokenHosts(ctx context.Context, fleetID, id string) ([]store.Mutation, error) {
 	bs, keys, err := s.hostBindings(ctx, fleetID)
 	if err != nil {
 		return nil, err

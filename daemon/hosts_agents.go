@@ -17,6 +17,12 @@ import (
 	"gpud.dev/gpud/store"
 )
 
+// hosts owns the server's side of its hosts: the local agent, the agents
+// of SSH fleets and of registration tunnels, their instances and the host
+// keys they register with, and what a lost or returning host does to the
+// jobs it ran (hosts_failure.go).
+type hosts struct{ *Server }
+
 // agentLink is the server's connection to one host's agent. Client is nil
 // for hosts that only heartbeat (simulated agents): the scheduler sees
 // them, but nothing is dispatched to them.
@@ -94,7 +100,7 @@ type localAgent struct {
 // that runs jobs as Options.ProcessUser (agent.RunPolicy.ServerHost). The
 // embedded laptop mode (Options.Embedded) runs image-less jobs as
 // processes of the invoking user beside Docker (agent.RuntimeMixed).
-func (s *Server) localHostConfig(dir, id, token string) agentserver.HostConfig {
+func (s *hosts) localHostConfig(dir, id, token string) agentserver.HostConfig {
 	cfg := agentserver.HostConfig{DataDir: dir, AgentID: id, Runtime: s.opts.Runtime, FakeGPUs: s.opts.FakeGPUs,
 		ProcessWorkRoot: s.opts.ProcessWorkRoot, ShimCommand: s.opts.ShimCommand, Token: token, Version: s.opts.Version, Logger: s.log}
 	if s.opts.Embedded {
@@ -112,7 +118,7 @@ func (s *Server) localHostConfig(dir, id, token string) agentserver.HostConfig {
 // startLocalAgent opens the local agent (localHostConfig) with a fresh API
 // token that no file holds, serves it on its unix socket and registers the
 // host as an instance of the local fleet.
-func (s *Server) startLocalAgent(ctx context.Context) (err error) {
+func (s *hosts) startLocalAgent(ctx context.Context) (err error) {
 	dir := filepath.Join(s.opts.DataDir, "agent")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("local agent: %w", err)
@@ -166,7 +172,7 @@ func (s *Server) startLocalAgent(ctx context.Context) (err error) {
 // serveLocalAgent serves h's API on sock until s.local.close, which stops
 // serving (open streams get the API's grace, then are cut: the server is
 // leaving and its jobs keep running), removes the socket and closes h.
-func (s *Server) serveLocalAgent(h *agentserver.Host, sock localSocket, id string) error {
+func (s *hosts) serveLocalAgent(h *agentserver.Host, sock localSocket, id string) error {
 	ln, err := sock.listen()
 	if err != nil {
 		return err
@@ -196,7 +202,7 @@ func (s *Server) serveLocalAgent(h *agentserver.Host, sock localSocket, id strin
 }
 
 // registerInstance records (or refreshes) a host of fleet and links its agent.
-func (s *Server) registerInstance(ctx context.Context, fleet, id, backend string, host api.HostInfo, cl *agentclient.Client) error {
+func (s *hosts) registerInstance(ctx context.Context, fleet, id, backend string, host api.HostInfo, cl *agentclient.Client) error {
 	spec := encodeSpec(instanceState{Backend: backend, Host: host})
 	rec, err := s.store.Instances().Get(id)
 	status := store.InstanceIdle
@@ -247,7 +253,7 @@ func sanitize(s string) string {
 // handleHeartbeat registers or refreshes a host that reports itself. Its
 // jobs' statuses are applied like a watcher's; jobs the server does not
 // know are returned so the agent can stop them.
-func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
+func (s *hosts) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err := requireAdmin(r); err != nil {
 		return err
 	}
