@@ -12,6 +12,12 @@ import (
 	"gpud.dev/gpud/store"
 )
 
+// dispatcher owns jobs once they are bound: it starts each on its host's
+// agent with its cluster environment (dispatch_clusterenv.go), watches it,
+// copies its output into the store (dispatch_logs.go), applies the agent's
+// status reports and stops it.
+type dispatcher struct{ *Server }
+
 // tracker remembers which jobs have a goroutine working on them, so a job
 // is dispatched, watched or stopped once however often the feed wakes us.
 type tracker struct {
@@ -57,57 +63,8 @@ func (t *tracker) releases() <-chan struct{} {
 	return t.released
 }
 
-// updateJob applies change to the job's latest version, retrying on
-// version conflicts; change returns false to leave the job unchanged.
-// Extra mutations (events) commit in the same transaction.
-func (s *Server) updateJob(ctx context.Context, id string, change func(j *store.Record, js *jobRecordSpec) (bool, []store.Mutation)) error {
-	for attempt := range 20 {
-		if attempt > 0 {
-			conflictPause(attempt)
-		}
-		j, err := s.store.Jobs().Get(id)
-		if err != nil {
-			return err
-		}
-		js, err := jobSpecOf(j)
-		if err != nil {
-			return err // a corrupt job is never rewritten from a zero spec
-		}
-		ok, extra := change(&j, &js)
-		if !ok {
-			return nil
-		}
-		j.Spec = encodeSpec(js)
-		_, err = s.store.Apply(ctx, append([]store.Mutation{store.Update(j)}, extra...)...)
-		if !errors.Is(err, store.ErrConflict) {
-			return err
-		}
-	}
-	return fmt.Errorf("job %s: too many concurrent updates", id)
-}
-
-// logJobUpdate logs a failed updateJob of job j with what it was for. The
-// callers are background steps (dispatch, watch, stop, host failure) that
-// the resync safety net runs again; a corrupt job stays as it is, logged.
-func (s *Server) logJobUpdate(err error, j store.Record, what string) {
-	if err == nil || s.ctx.Err() != nil {
-		return
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		// The job was deleted with its finished run: nothing is left to record.
-		s.log.Debug().Err(err).Str("job", j.ID).Msg(what)
-		return
-	}
-	s.log.Error().Err(err).Str("job", j.ID).Str("run", j.Run).Str("instance", j.Instance).Msg(what)
-}
-
-// logJobUpdateID is logJobUpdate for a job known by id only.
-func (s *Server) logJobUpdateID(err error, id, what string) {
-	s.logJobUpdate(err, store.Record{ID: id}, what)
-}
-
 // dispatch starts a bound job on its host's agent, then watches it.
-func (s *Server) dispatch(id string) {
+func (s *dispatcher) dispatch(id string) {
 	if !s.working.claim("dispatch/" + id) {
 		return
 	}
@@ -119,12 +76,12 @@ func (s *Server) dispatch(id string) {
 	}()
 }
 
-func (s *Server) runJob(ctx context.Context, id string) {
+func (s *dispatcher) runJob(ctx context.Context, id string) {
 	j, err := s.store.Jobs().Get(id)
 	if err != nil || j.Status != store.JobProvisioning {
 		return
 	}
-	if blocked, err := s.startupBlocked(j); err != nil || blocked {
+	if blocked, err := s.reconciler.startupBlocked(j); err != nil || blocked {
 		// Blocked: the first running node of its run dispatches it again.
 		// A corrupt record of its run (logged once) holds it back.
 		return
@@ -201,7 +158,7 @@ func (s *Server) runJob(ctx context.Context, id string) {
 }
 
 // jobGPUs turns the placement's device indices into the agent's devices.
-func (s *Server) jobGPUs(instance string, js jobRecordSpec) api.JobGPUs {
+func (s *dispatcher) jobGPUs(instance string, js jobRecordSpec) api.JobGPUs {
 	var g api.JobGPUs
 	for _, d := range js.Devices {
 		g.Devices = append(g.Devices, fmt.Sprint(d))
@@ -214,7 +171,7 @@ func (s *Server) jobGPUs(instance string, js jobRecordSpec) api.JobGPUs {
 
 // watch follows a started job until it ends: its exit (the agent's Wait
 // blocks, no polling) and its logs.
-func (s *Server) watch(id string, link *agentLink) {
+func (s *dispatcher) watch(id string, link *agentLink) {
 	if !s.working.claim("watch/" + id) {
 		return
 	}
@@ -252,17 +209,17 @@ func (s *Server) watch(id string, link *agentLink) {
 }
 
 // failJob ends a job as failed with reason.
-func (s *Server) failJob(ctx context.Context, id, reason string) {
+func (s *dispatcher) failJob(ctx context.Context, id, reason string) {
 	s.endFailed(ctx, id, reason, false)
 }
 
 // interruptJob ends a job its host lost as failed and interrupted (retry's
 // interruption event).
-func (s *Server) interruptJob(ctx context.Context, id, reason string) {
+func (s *dispatcher) interruptJob(ctx context.Context, id, reason string) {
 	s.endFailed(ctx, id, reason, true)
 }
 
-func (s *Server) endFailed(ctx context.Context, id, reason string, interrupted bool) {
+func (s *dispatcher) endFailed(ctx context.Context, id, reason string, interrupted bool) {
 	err := s.updateJob(ctx, id, func(j *store.Record, js *jobRecordSpec) (bool, []store.Mutation) {
 		if finishedJob(j.Status) {
 			return false, nil
@@ -277,7 +234,7 @@ func (s *Server) endFailed(ctx context.Context, id, reason string, interrupted b
 
 // applyAgentStatus copies the agent's view of a job into the store: the
 // agent's states are a subset of the server's job statuses.
-func (s *Server) applyAgentStatus(ctx context.Context, st api.JobStatus) {
+func (s *dispatcher) applyAgentStatus(ctx context.Context, st api.JobStatus) {
 	err := s.updateJob(ctx, st.ID, func(j *store.Record, js *jobRecordSpec) (bool, []store.Mutation) {
 		if finishedJob(j.Status) {
 			return false, nil
@@ -333,7 +290,7 @@ func (s *Server) applyAgentStatus(ctx context.Context, st api.JobStatus) {
 
 // stopJob asks the agent to stop a terminating job; the watcher records
 // the end.
-func (s *Server) stopJob(id string) {
+func (s *dispatcher) stopJob(id string) {
 	if !s.working.claim("stop/" + id) {
 		return
 	}
@@ -365,7 +322,7 @@ func (s *Server) stopJob(id string) {
 }
 
 // endStopped finishes a terminating job nobody can stop any more.
-func (s *Server) endStopped(ctx context.Context, id, why string) {
+func (s *dispatcher) endStopped(ctx context.Context, id, why string) {
 	err := s.updateJob(ctx, id, func(j *store.Record, js *jobRecordSpec) (bool, []store.Mutation) {
 		if finishedJob(j.Status) {
 			return false, nil
@@ -386,4 +343,15 @@ func (t *tracker) held(key string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.m[key]
+}
+
+// hostServes reports whether instance's fleet is visible to project, so
+// its jobs (and their secrets) may go to that host.
+func (s *dispatcher) hostServes(instance, project string) bool {
+	inst, err := s.store.Instances().Get(instance)
+	if err != nil {
+		return false
+	}
+	f, err := s.store.Fleets().Get(inst.Fleet)
+	return err == nil && visibleFleet(project, f)
 }

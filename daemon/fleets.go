@@ -15,17 +15,6 @@ import (
 // project (record id "project/name"). This server registers their
 // configuration; hosts join through agents' heartbeats.
 
-// hostServes reports whether instance's fleet is visible to project, so
-// its jobs (and their secrets) may go to that host.
-func (s *Server) hostServes(instance, project string) bool {
-	inst, err := s.store.Instances().Get(instance)
-	if err != nil {
-		return false
-	}
-	f, err := s.store.Fleets().Get(inst.Fleet)
-	return err == nil && visibleFleet(project, f)
-}
-
 // visibleFleet reports whether project may see the fleet record.
 func visibleFleet(project string, f store.Record) bool {
 	return f.Project == "" || f.Project == project

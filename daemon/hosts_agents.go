@@ -287,7 +287,7 @@ func (s *hosts) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 			resp.Unknown = append(resp.Unknown, js.ID)
 			continue
 		}
-		s.applyAgentStatus(r.Context(), js)
+		s.dispatcher.applyAgentStatus(r.Context(), js)
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil

@@ -53,11 +53,11 @@ func (s *hosts) hostUnreachable(ctx context.Context, instance, why string) {
 	for _, j := range s.store.Jobs().ByInstance(instance) {
 		switch j.Status {
 		case store.JobProvisioning, store.JobPulling, store.JobRunning:
-			s.interruptJob(ctx, j.ID, reason)
+			s.dispatcher.interruptJob(ctx, j.ID, reason)
 			s.stopGangSiblings(ctx, j, reason)
 			n++
 		case store.JobTerminating:
-			s.endStopped(ctx, j.ID, reason)
+			s.dispatcher.endStopped(ctx, j.ID, reason)
 			n++
 		}
 	}
@@ -134,7 +134,7 @@ func (s *hosts) reconcileHostJobs(ctx context.Context, l *agentLink) {
 	}
 	for _, j := range s.store.Jobs().ByInstance(l.instance) {
 		if j.Status == store.JobRunning && !onAgent[j.ID] {
-			s.interruptJob(ctx, j.ID, "the agent no longer has the job")
+			s.dispatcher.interruptJob(ctx, j.ID, "the agent no longer has the job")
 		}
 	}
 }
@@ -149,13 +149,13 @@ func (s *hosts) reconcileHostJobs(ctx context.Context, l *agentLink) {
 func (s *hosts) adoptAgentJob(ctx context.Context, l *agentLink, st api.JobStatus) {
 	j, err := s.store.Jobs().Get(st.ID)
 	if err == nil && j.Instance == l.instance && !finishedJob(j.Status) {
-		s.applyAgentStatus(ctx, st)
+		s.dispatcher.applyAgentStatus(ctx, st)
 		if !st.State.Finished() {
-			s.watch(st.ID, l)
+			s.dispatcher.watch(st.ID, l)
 			return
 		}
 		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.followLogs(s.ctx, st.ID, l) }()
+		go func() { defer s.wg.Done(); s.dispatcher.followLogs(s.ctx, st.ID, l) }()
 		return
 	}
 	if st.State.Finished() {

@@ -22,7 +22,7 @@ func TestLogsMarkOutputTheStoreDoesNotKeep(t *testing.T) {
 	job := ts.finishedJob("marked")
 	keep := func(stream api.LogStream, line string) {
 		t.Helper()
-		if err := ts.keepLogEntry(job, api.JobLogEntry{Time: time.Now(), Stream: stream, Line: line}); err != nil {
+		if err := ts.dispatcher.keepLogEntry(job, api.JobLogEntry{Time: time.Now(), Stream: stream, Line: line}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,13 +97,13 @@ func TestLogFollowerResumesWithoutLosingOrRepeatingEntries(t *testing.T) {
 	for n, cut := range []int{0, 1, 2, 57, 133, 200, 399, 400} {
 		job := ts.finishedJob(fmt.Sprintf("resume-%d", n))
 		for _, e := range agent[:cut] {
-			if err := ts.keepLogEntry(job, e); err != nil {
+			if err := ts.dispatcher.keepLogEntry(job, e); err != nil {
 				t.Fatal(err)
 			}
 		}
 		// The copy breaks after cut entries and starts again, twice.
 		for range 2 {
-			since, keep, err := ts.logResume(job)
+			since, keep, err := ts.dispatcher.logResume(job)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -79,7 +79,7 @@ func TestLogRoundTripIsByteIdentical(t *testing.T) {
 	writers := map[api.LogStream]*runtime.LineWriter{}
 	for _, s := range streams {
 		writers[s] = &runtime.LineWriter{Stream: s, Max: 1 << 20, Now: time.Now, Emit: func(e api.JobLogEntry) error {
-			return ts.keepLogEntry(job, e)
+			return ts.dispatcher.keepLogEntry(job, e)
 		}}
 	}
 	for len(pending[api.LogStdout])+len(pending[api.LogStderr]) > 0 {

@@ -64,7 +64,7 @@ func startServerWith(t testing.TB, opts Options) *testServer {
 		// Stop every job so no process outlives the test.
 		for _, r := range srv.store.Runs().List() {
 			if !finishedRun(r.Status) {
-				muts, err := srv.stopMutations(r, true, "test cleanup")
+				muts, err := srv.reconciler.stopMutations(r, true, "test cleanup")
 				if err != nil {
 					t.Logf("cleanup: stop run %s: %v", r.ID, err) // a test that corrupted it on purpose
 					continue

@@ -10,10 +10,17 @@ import (
 	"gpud.dev/gpud/store"
 )
 
+// reconciler owns the run state machines (DESIGN.md §4): it follows the
+// store's change feed, moves runs through their states, retries and
+// requeues them, enforces their policies (durations, schedules,
+// utilization and inactivity: reconcile_policies.go) and a multi-node
+// run's start order (reconcile_multinode.go).
+type reconciler struct{ *Server }
+
 // feedLoop turns committed changes into work: the scheduler is woken by
 // jobs, queues and instances; each changed job is acted on (dispatch, stop)
 // and its run reconciled. A lagged feed resyncs everything.
-func (s *Server) feedLoop(ctx context.Context) {
+func (s *reconciler) feedLoop(ctx context.Context) {
 	sub := s.store.Subscribe("", store.KindJob, store.KindRun, store.KindQueue, store.KindInstance)
 	defer sub.Close()
 	tick := time.NewTicker(s.opts.ResyncInterval)
@@ -59,7 +66,7 @@ func (s *Server) feedLoop(ctx context.Context) {
 }
 
 // resync is the safety net: every active job and run is looked at again.
-func (s *Server) resync(ctx context.Context) {
+func (s *reconciler) resync(ctx context.Context) {
 	for _, status := range []string{store.JobProvisioning, store.JobPulling, store.JobRunning, store.JobTerminating} {
 		for _, j := range s.store.Jobs().ByStatus(status) {
 			s.actOnJob(j)
@@ -74,23 +81,23 @@ func (s *Server) resync(ctx context.Context) {
 }
 
 // actOnJob starts the goroutine a job's status calls for.
-func (s *Server) actOnJob(j store.Record) {
+func (s *reconciler) actOnJob(j store.Record) {
 	switch j.Status {
 	case store.JobProvisioning:
-		s.dispatch(j.ID)
+		s.dispatcher.dispatch(j.ID)
 	case store.JobPulling, store.JobRunning:
 		if l := s.agents.get(j.Instance); l != nil && l.client != nil && !s.working.held("dispatch/"+j.ID) {
-			s.watch(j.ID, l)
+			s.dispatcher.watch(j.ID, l)
 		}
 	case store.JobTerminating:
-		s.stopJob(j.ID)
+		s.dispatcher.stopJob(j.ID)
 	}
 }
 
 // reconcileRun derives a run's status from its current attempt's jobs and
 // applies the run's policies: stop, retry, requeue after eviction,
 // max_duration.
-func (s *Server) reconcileRun(ctx context.Context, id string) {
+func (s *reconciler) reconcileRun(ctx context.Context, id string) {
 	for attempt := range 10 {
 		if attempt > 0 {
 			conflictPause(attempt)
@@ -118,7 +125,7 @@ func (s *Server) reconcileRun(ctx context.Context, id string) {
 // runTransition computes the mutations that bring run up to date. A
 // record of the run or of one of its jobs that does not decode is an
 // error: the run's state cannot be derived from it.
-func (s *Server) runTransition(run store.Record, now time.Time) ([]store.Mutation, error) {
+func (s *reconciler) runTransition(run store.Record, now time.Time) ([]store.Mutation, error) {
 	st, err := runSpecOf(run)
 	if err != nil {
 		return nil, err
@@ -253,7 +260,7 @@ func (s *Server) runTransition(run store.Record, now time.Time) ([]store.Mutatio
 
 // shouldRetry applies the run's retry policy to an event (error,
 // interruption, no-capacity) and counts the attempt.
-func (s *Server) shouldRetry(st *runState, ev string, now time.Time) bool {
+func (s *reconciler) shouldRetry(st *runState, ev string, now time.Time) bool {
 	match := false
 	for _, e := range st.RetryEvents {
 		match = match || e == ev
@@ -269,13 +276,13 @@ func (s *Server) shouldRetry(st *runState, ev string, now time.Time) bool {
 
 // requeue starts a new attempt of the run: fresh jobs (status submitted)
 // with the same specs; the old attempt's jobs stay as history.
-func (s *Server) requeue(run store.Record, st runState, jobs []store.Record, reason string) ([]store.Mutation, error) {
+func (s *reconciler) requeue(run store.Record, st runState, jobs []store.Record, reason string) ([]store.Mutation, error) {
 	return s.requeueWith(run, st, jobs, reason, time.Time{})
 }
 
 // requeueWith is requeue whose new jobs wait for notBefore (a cron tick;
 // zero: none).
-func (s *Server) requeueWith(run store.Record, st runState, jobs []store.Record, reason string, notBefore time.Time) ([]store.Mutation, error) {
+func (s *reconciler) requeueWith(run store.Record, st runState, jobs []store.Record, reason string, notBefore time.Time) ([]store.Mutation, error) {
 	st.Attempt++
 	st.StartedAt = time.Time{}
 	run.Status, run.Reason, run.Spec = store.RunSubmitted, reason, encodeSpec(st)
@@ -300,7 +307,7 @@ func (s *Server) requeueWith(run store.Record, st runState, jobs []store.Record,
 
 // wakeRunAt reconciles the run again after d, once per run and purpose
 // (max_duration, no-capacity).
-func (s *Server) wakeRunAt(id, purpose string, d time.Duration) {
+func (s *reconciler) wakeRunAt(id, purpose string, d time.Duration) {
 	key := "timer/" + purpose + "/" + id
 	if !s.working.claim(key) {
 		return
@@ -318,7 +325,7 @@ func (s *Server) wakeRunAt(id, purpose string, d time.Duration) {
 // stopped when the store has finished them or never knew them), bound jobs
 // it never started are dispatched again, running jobs it no longer has
 // fail with a reason.
-func (s *Server) adoptJobs(ctx context.Context) {
+func (s *reconciler) adoptJobs(ctx context.Context) {
 	for _, l := range s.agents.all() {
 		if l.client == nil {
 			continue
@@ -347,12 +354,52 @@ func (s *Server) adoptJobs(ctx context.Context) {
 					s.logJobUpdate(err, j, "adopt: dispatch a job its agent never started")
 					continue
 				}
-				s.dispatch(j.ID)
+				s.dispatcher.dispatch(j.ID)
 			case store.JobTerminating:
-				s.endStopped(ctx, j.ID, "the agent no longer had it")
+				s.dispatcher.endStopped(ctx, j.ID, "the agent no longer had it")
 			default:
-				s.interruptJob(ctx, j.ID, "the agent no longer has the job (lost while the server was down)")
+				s.dispatcher.interruptJob(ctx, j.ID, "the agent no longer has the job (lost while the server was down)")
 			}
 		}
 	}
+}
+
+// stopMutations moves a run to terminating: jobs not yet on a host end at
+// once, bound ones become terminating and the dispatcher stops them. A
+// corrupt record of the run or of a job to stop is an error: stopping it
+// would rewrite it from a zero spec.
+func (s *reconciler) stopMutations(run store.Record, abort bool, reason string) ([]store.Mutation, error) {
+	st, err := runSpecOf(run)
+	if err != nil {
+		return nil, err
+	}
+	st.Stop, st.Abort = true, abort
+	run.Spec = encodeSpec(st)
+	run.Status, run.Reason = store.RunTerminating, reason
+	muts := []store.Mutation{store.Update(run), s.event(run.Project, store.KindRun, run.ID, run.Status, reason)}
+	now := s.now()
+	for _, j := range s.store.Jobs().ByRun(run.ID) {
+		if finishedJob(j.Status) || j.Status == store.JobTerminating && !abort {
+			continue
+		}
+		js, err := jobSpecOf(j)
+		if err != nil {
+			return nil, err
+		}
+		js.Abort = abort
+		if j.Instance == "" {
+			j.Status = store.JobTerminated
+			if abort {
+				j.Status = store.JobAborted
+			}
+			js.FinishedAt = now
+		} else {
+			j.Status = store.JobTerminating
+		}
+		js.WhyPending = ""
+		j.Reason = reason
+		j.Spec = encodeSpec(js)
+		muts = append(muts, store.Update(j))
+	}
+	return muts, nil
 }

@@ -1,9 +1,11 @@
 package daemon
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -227,4 +229,53 @@ func decodeJSONBytes(b []byte, v any) error { return json.Unmarshal(b, v) }
 // old version again; 1ms doubling up to 50ms lets that commit land.
 func conflictPause(attempt int) {
 	time.Sleep(min(time.Millisecond<<min(attempt, 6), 50*time.Millisecond))
+}
+
+// updateJob applies change to the job's latest version, retrying on
+// version conflicts; change returns false to leave the job unchanged.
+// Extra mutations (events) commit in the same transaction.
+func (s *Server) updateJob(ctx context.Context, id string, change func(j *store.Record, js *jobRecordSpec) (bool, []store.Mutation)) error {
+	for attempt := range 20 {
+		if attempt > 0 {
+			conflictPause(attempt)
+		}
+		j, err := s.store.Jobs().Get(id)
+		if err != nil {
+			return err
+		}
+		js, err := jobSpecOf(j)
+		if err != nil {
+			return err // a corrupt job is never rewritten from a zero spec
+		}
+		ok, extra := change(&j, &js)
+		if !ok {
+			return nil
+		}
+		j.Spec = encodeSpec(js)
+		_, err = s.store.Apply(ctx, append([]store.Mutation{store.Update(j)}, extra...)...)
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("job %s: too many concurrent updates", id)
+}
+
+// logJobUpdate logs a failed updateJob of job j with what it was for. The
+// callers are background steps (dispatch, watch, stop, host failure) that
+// the resync safety net runs again; a corrupt job stays as it is, logged.
+func (s *Server) logJobUpdate(err error, j store.Record, what string) {
+	if err == nil || s.ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		// The job was deleted with its finished run: nothing is left to record.
+		s.log.Debug().Err(err).Str("job", j.ID).Msg(what)
+		return
+	}
+	s.log.Error().Err(err).Str("job", j.ID).Str("run", j.Run).Str("instance", j.Instance).Msg(what)
+}
+
+// logJobUpdateID is logJobUpdate for a job known by id only.
+func (s *Server) logJobUpdateID(err error, id, what string) {
+	s.logJobUpdate(err, store.Record{ID: id}, what)
 }

@@ -111,7 +111,7 @@ func (s *Server) handleApplyRun(w http.ResponseWriter, r *http.Request) error {
 	if active != nil {
 		// Replacing an active run: stop it; the new one waits in the
 		// queue until the old one's resources are released.
-		stop, err := s.stopMutations(*active, false, "replaced by a new submission from "+user)
+		stop, err := s.reconciler.stopMutations(*active, false, "replaced by a new submission from "+user)
 		if err != nil {
 			return err
 		}
@@ -224,7 +224,7 @@ func (s *Server) handleStopRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The reconcilers update runs concurrently: retry on a version conflict.
 	for attempt := 0; !finishedRun(run.Status); attempt++ {
-		muts, err := s.stopMutations(run, req.Abort, reason)
+		muts, err := s.reconciler.stopMutations(run, req.Abort, reason)
 		if err != nil {
 			return err
 		}
@@ -248,46 +248,6 @@ func (s *Server) handleStopRun(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return s.writeRun(w, http.StatusOK, run)
-}
-
-// stopMutations moves a run to terminating: jobs not yet on a host end at
-// once, bound ones become terminating and the dispatcher stops them. A
-// corrupt record of the run or of a job to stop is an error: stopping it
-// would rewrite it from a zero spec.
-func (s *Server) stopMutations(run store.Record, abort bool, reason string) ([]store.Mutation, error) {
-	st, err := runSpecOf(run)
-	if err != nil {
-		return nil, err
-	}
-	st.Stop, st.Abort = true, abort
-	run.Spec = encodeSpec(st)
-	run.Status, run.Reason = store.RunTerminating, reason
-	muts := []store.Mutation{store.Update(run), s.event(run.Project, store.KindRun, run.ID, run.Status, reason)}
-	now := s.now()
-	for _, j := range s.store.Jobs().ByRun(run.ID) {
-		if finishedJob(j.Status) || j.Status == store.JobTerminating && !abort {
-			continue
-		}
-		js, err := jobSpecOf(j)
-		if err != nil {
-			return nil, err
-		}
-		js.Abort = abort
-		if j.Instance == "" {
-			j.Status = store.JobTerminated
-			if abort {
-				j.Status = store.JobAborted
-			}
-			js.FinishedAt = now
-		} else {
-			j.Status = store.JobTerminating
-		}
-		js.WhyPending = ""
-		j.Reason = reason
-		j.Spec = encodeSpec(js)
-		muts = append(muts, store.Update(j))
-	}
-	return muts, nil
 }
 
 func (s *Server) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {

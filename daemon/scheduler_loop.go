@@ -129,7 +129,7 @@ func (s *scheduler) cycle(ctx context.Context) error {
 		return err
 	}
 	for _, id := range binds {
-		s.dispatch(id)
+		s.dispatcher.dispatch(id)
 	}
 	return nil
 }

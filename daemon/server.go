@@ -150,8 +150,10 @@ type Server struct {
 
 	// The parts, each owning one side of the server (doc.go) and holding
 	// this Server.
-	hosts     *hosts
-	scheduler *scheduler
+	reconciler *reconciler
+	dispatcher *dispatcher
+	hosts      *hosts
+	scheduler  *scheduler
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -198,6 +200,8 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
 	s := &Server{opts: opts, log: opts.Logger, store: st, schedWake: make(chan struct{}, 1)}
+	s.reconciler = &reconciler{s}
+	s.dispatcher = &dispatcher{s}
 	s.hosts = &hosts{s}
 	s.scheduler = &scheduler{s}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -221,16 +225,16 @@ func (s *Server) start(ctx context.Context) error {
 			return err
 		}
 	}
-	s.adoptJobs(ctx)
+	s.reconciler.adoptJobs(ctx)
 	s.hosts.resumeSSHFleets()
-	for _, loop := range []func(context.Context){s.feedLoop, s.scheduler.schedulerLoop, s.scheduler.usageLoop} {
+	for _, loop := range []func(context.Context){s.reconciler.feedLoop, s.scheduler.schedulerLoop, s.scheduler.usageLoop} {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			loop(s.ctx)
 		}()
 	}
-	s.resync(ctx)
+	s.reconciler.resync(ctx)
 	h, err := s.routes()
 	if err != nil {
 		return err

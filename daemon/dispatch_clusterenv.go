@@ -33,7 +33,7 @@ func gangTopology(kind api.Kind, n int) sched.TopologyConstraint {
 // the gang was placed on, in node-rank order (the master, rank 0, first).
 // A corrupt record of the gang (a node's job, a host) is an error: the
 // cluster's addresses would be wrong.
-func (s *Server) jobCluster(ctx context.Context, j store.Record, js jobRecordSpec) (api.JobCluster, error) {
+func (s *dispatcher) jobCluster(ctx context.Context, j store.Record, js jobRecordSpec) (api.JobCluster, error) {
 	c := js.Spec.Cluster
 	c.GPUsPerNode = len(js.Devices)
 	if c.NodesNum <= 1 {
@@ -66,7 +66,7 @@ func (s *Server) jobCluster(ctx context.Context, j store.Record, js jobRecordSpe
 // instanceAddress is the address other hosts reach instance at: an SSH
 // host's internal_ip, else its hostname (resolved to an IP); for other
 // hosts the first IPv4 address their agent reports; else loopback.
-func (s *Server) instanceAddress(ctx context.Context, instance string) (string, error) {
+func (s *dispatcher) instanceAddress(ctx context.Context, instance string) (string, error) {
 	s.ssh.mu.Lock()
 	h := s.ssh.hosts[instance]
 	s.ssh.mu.Unlock()

@@ -13,7 +13,7 @@ import (
 // the master (node rank 0) under workers-first.
 //
 // A corrupt record of the run is an error: the order is then unknown.
-func (s *Server) startupBlocked(j store.Record) (bool, error) {
+func (s *reconciler) startupBlocked(j store.Record) (bool, error) {
 	run, err := s.store.Runs().Get(j.Run)
 	if err != nil {
 		return false, nil
@@ -50,10 +50,10 @@ func (s *Server) startupBlocked(j store.Record) (bool, error) {
 
 // startWaiting dispatches the jobs of run that waited for their startup
 // order, once a job of the run is running.
-func (s *Server) startWaiting(runID string) {
+func (s *reconciler) startWaiting(runID string) {
 	for _, j := range s.store.Jobs().ByRun(runID) {
 		if j.Status == store.JobProvisioning {
-			s.dispatch(j.ID)
+			s.dispatcher.dispatch(j.ID)
 		}
 	}
 }
@@ -61,7 +61,7 @@ func (s *Server) startWaiting(runID string) {
 // masterDone returns the mutations that stop a master-done run's workers
 // once its master (node rank 0) has ended, or nil; jobs are the current
 // attempt's, with their decoded specs in specs.
-func (s *Server) masterDone(run store.Record, st runState, jobs []store.Record, specs []jobRecordSpec) ([]store.Mutation, error) {
+func (s *reconciler) masterDone(run store.Record, st runState, jobs []store.Record, specs []jobRecordSpec) ([]store.Mutation, error) {
 	if st.StopCriteria != api.StopMasterDone || st.MasterDone || st.Stop {
 		return nil, nil
 	}

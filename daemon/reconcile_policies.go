@@ -15,32 +15,6 @@ import (
 	"gpud.dev/gpud/store"
 )
 
-// Clock is the server's time source: every timestamp it records (events,
-// job and run times, usage samples), the cron schedule's ticks and the
-// timers that follow them. Implementations must be safe for concurrent use.
-type Clock interface {
-	// Now is the current time.
-	Now() time.Time
-	// AfterFunc calls f in its own goroutine once d has passed on this clock.
-	AfterFunc(d time.Duration, f func())
-}
-
-// wallClock is the default Clock.
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                      { return time.Now() }
-func (wallClock) AfterFunc(d time.Duration, f func()) { time.AfterFunc(d, f) }
-
-func (s *Server) clock() Clock {
-	if s.opts.Clock != nil {
-		return s.opts.Clock
-	}
-	return wallClock{}
-}
-
-// now is the server clock's time in UTC, as records keep it.
-func (s *Server) now() time.Time { return s.clock().Now().UTC() }
-
 // nextTick is the earliest tick after t of any of the cron expressions,
 // read in UTC.
 func nextTick(exprs []string, t time.Time) (time.Time, error) {
@@ -62,7 +36,7 @@ func nextTick(exprs []string, t time.Time) (time.Time, error) {
 
 // wakeAtTick reconciles the run and wakes the scheduler once the clock
 // reaches t (a cron tick).
-func (s *Server) wakeAtTick(id string, t time.Time) {
+func (s *reconciler) wakeAtTick(id string, t time.Time) {
 	key := "tick/" + id + "/" + t.Format(time.RFC3339)
 	if !s.working.claim(key) {
 		return
@@ -109,7 +83,7 @@ func later(a, b time.Time) time.Time {
 // failNoCapacity ends an attempt nobody could place within its retry
 // duration: its jobs and the run fail with reason no_capacity (a cron run
 // waits for its next tick instead).
-func (s *Server) failNoCapacity(run store.Record, st runState, jobs []store.Record, why string, now time.Time) ([]store.Mutation, error) {
+func (s *reconciler) failNoCapacity(run store.Record, st runState, jobs []store.Record, why string, now time.Time) ([]store.Mutation, error) {
 	reason := fmt.Sprintf("no_capacity: still not placed after the retry duration %s (%s)", st.RetryFor, why)
 	var muts []store.Mutation
 	for _, j := range jobs {
@@ -131,7 +105,7 @@ func (s *Server) failNoCapacity(run store.Record, st runState, jobs []store.Reco
 }
 
 // requeueAtTick resubmits a cron run's jobs for its next tick.
-func (s *Server) requeueAtTick(run store.Record, st runState, jobs []store.Record, why string) ([]store.Mutation, error) {
+func (s *reconciler) requeueAtTick(run store.Record, st runState, jobs []store.Record, why string) ([]store.Mutation, error) {
 	next, err := nextTick(st.Cron, s.clock().Now())
 	if err != nil {
 		st.FinishedAt = s.now()
@@ -149,7 +123,7 @@ func pollEvery(d time.Duration) time.Duration {
 
 // runWatcher calls check every period while the run is running, until
 // check returns a stop reason (the run is then stopped) or the run ends.
-func (s *Server) runWatcher(kind, id string, period time.Duration, check func(run store.Record, jobs []store.Record, now time.Time) string) {
+func (s *reconciler) runWatcher(kind, id string, period time.Duration, check func(run store.Record, jobs []store.Record, now time.Time) string) {
 	key := kind + "/" + id
 	if !s.working.claim(key) {
 		return
@@ -205,7 +179,7 @@ func (s *Server) runWatcher(kind, id string, period time.Duration, check func(ru
 // metrics: the run stops with reason low_gpu_utilization once every GPU of
 // one of its jobs read below the minimum in every sample of a whole time
 // window. A job whose agent reports no GPU samples is not judged.
-func (s *Server) watchUtilization(id string, minPct int, window time.Duration) {
+func (s *reconciler) watchUtilization(id string, minPct int, window time.Duration) {
 	below := map[string]time.Time{} // job -> first sample of its current low streak
 	s.runWatcher("util", id, pollEvery(window), func(_ store.Record, jobs []store.Record, now time.Time) string {
 		for _, j := range jobs {
@@ -240,7 +214,7 @@ func (s *Server) watchUtilization(id string, minPct int, window time.Duration) {
 // published ports on its host (gpud attach, an IDE, a browser), read from
 // /proc/net/tcp{,6} for jobs on the server's own host. Jobs on other hosts
 // are not judged (their agents do not report connections yet).
-func (s *Server) watchInactivity(id string, d time.Duration) {
+func (s *reconciler) watchInactivity(id string, d time.Duration) {
 	// idleSince is the first sample that saw no client after one was seen
 	// (or the first sample at all). Counting from there, not from the last
 	// sample that saw a client, means the run never stops sooner than d after
