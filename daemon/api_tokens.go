@@ -15,7 +15,7 @@ import (
 // tokenFleet is authorizedFleet for the token handlers: a project's
 // fleet takes a manager of the project; a shared fleet, whose hosts serve
 // every project, takes a global admin.
-func (s *Server) tokenFleet(r *http.Request, verb string) (string, caller, store.Record, error) {
+func (s *fleetsAPI) tokenFleet(r *http.Request, verb string) (string, caller, store.Record, error) {
 	project, c, f, err := s.authorizedFleet(r, api.RoleManager)
 	if err == nil && f.Project == "" && !c.admin {
 		err = forbidden("fleet %q is shared by every project: only a global admin may %s its registration tokens", f.Name, verb)
@@ -25,7 +25,7 @@ func (s *Server) tokenFleet(r *http.Request, verb string) (string, caller, store
 
 // handleIssueRegistrationToken issues a token for a fleet (manager; a
 // global admin for a shared fleet).
-func (s *Server) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Request) error {
+func (s *fleetsAPI) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Request) error {
 	project, c, f, err := s.tokenFleet(r, "issue")
 	if err != nil {
 		return err
@@ -55,7 +55,7 @@ func (s *Server) handleIssueRegistrationToken(w http.ResponseWriter, r *http.Req
 
 // handleRevokeRegistrationToken revokes a token, drops its tunnels and
 // forgets the keys of the hosts that registered with it.
-func (s *Server) handleRevokeRegistrationToken(w http.ResponseWriter, r *http.Request) error {
+func (s *fleetsAPI) handleRevokeRegistrationToken(w http.ResponseWriter, r *http.Request) error {
 	project, c, f, err := s.tokenFleet(r, "revoke")
 	if err != nil {
 		return err

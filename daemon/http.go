@@ -169,3 +169,22 @@ func (s *Server) route(h handlerFunc) http.Handler {
 		}
 	})
 }
+
+// readApplyConfig is the preamble of the apply handlers of the
+// configuration kinds that are stored as they are (fleet, queue): it checks
+// that the caller holds at least role in the path's project, decodes the
+// ApplyRequest body and parses its configuration, and returns the project,
+// the caller and the parsed configuration, or the error to send back. The
+// caller still checks that the configuration is of the kind it applies.
+func (s *Server) readApplyConfig(w http.ResponseWriter, r *http.Request, role string) (string, caller, *api.Config, error) {
+	project, c, err := s.authorize(r, role)
+	if err != nil {
+		return "", caller{}, nil, err
+	}
+	var req api.ApplyRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return "", caller{}, nil, err
+	}
+	cfg, err := parseConfig(req)
+	return project, c, cfg, err
+}

@@ -102,7 +102,7 @@ func (ts *testServer) finishedJob(name string) string {
 	}
 	id := run.Jobs[0].ID
 	testutil.Eventually(ts.t, time.Minute, func() error {
-		if !ts.jobLogsComplete(id) {
+		if !ts.runsAPI.jobLogsComplete(id) {
 			return fmt.Errorf("job %s: its log follower still runs", id)
 		}
 		return nil

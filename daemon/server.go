@@ -150,10 +150,13 @@ type Server struct {
 
 	// The parts, each owning one side of the server (doc.go) and holding
 	// this Server.
-	reconciler *reconciler
-	dispatcher *dispatcher
-	hosts      *hosts
-	scheduler  *scheduler
+	fleetsAPI   *fleetsAPI
+	runsAPI     *runsAPI
+	accountsAPI *accountsAPI
+	reconciler  *reconciler
+	dispatcher  *dispatcher
+	hosts       *hosts
+	scheduler   *scheduler
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -200,6 +203,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
 	s := &Server{opts: opts, log: opts.Logger, store: st, schedWake: make(chan struct{}, 1)}
+	s.fleetsAPI = &fleetsAPI{s}
+	s.runsAPI = &runsAPI{s}
+	s.accountsAPI = &accountsAPI{s}
 	s.reconciler = &reconciler{s}
 	s.dispatcher = &dispatcher{s}
 	s.hosts = &hosts{s}

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
 )
 
@@ -93,4 +94,10 @@ func (s *Server) runSpec(r store.Record) (runState, error) { return cachedSpecFo
 // instanceSpec is the cached, read-only Spec of an instance record.
 func (s *Server) instanceSpec(r store.Record) (instanceState, error) {
 	return cachedSpecFor[instanceState](s, r)
+}
+
+// queueSpec is queueSpecOf decoded once per record version; a corrupt
+// queue is logged once.
+func (s *Server) queueSpec(r store.Record) (api.QueueSpec, error) {
+	return cachedFor(s, r, "queue", queueSpecOf)
 }

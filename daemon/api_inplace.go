@@ -30,7 +30,7 @@ func onlyPriorityChanged(a, b json.RawMessage) bool {
 // changes only its priority: the run keeps its jobs (running ones are not
 // restarted) and the scheduler sees the new priority in its next cycle.
 // It returns false when sub is not such a change.
-func (s *Server) applyPriorityInPlace(sub *submission, user string) (store.Record, bool, error) {
+func (s *runsAPI) applyPriorityInPlace(sub *submission, user string) (store.Record, bool, error) {
 	next, err := decodeSpec[runState](sub.run)
 	if err != nil {
 		return store.Record{}, false, err

@@ -10,6 +10,10 @@ import (
 	"gpud.dev/gpud/store"
 )
 
+// fleetsAPI serves the HTTP API of fleets, their instances and offers,
+// their registration tokens (api_tokens.go) and of queues (api_queues.go).
+type fleetsAPI struct{ *Server }
+
 // Fleets: the built-in "local" fleet is shared by every project (record
 // with no project); fleets applied from configurations belong to their
 // project (record id "project/name"). This server registers their
@@ -22,7 +26,7 @@ func visibleFleet(project string, f store.Record) bool {
 
 // fleetOut is the API view of a fleet; a corrupt fleet record is an
 // error, a corrupt host of it is left out (logged once by instanceSpec).
-func (s *Server) fleetOut(project string, f store.Record) (api.Fleet, error) {
+func (s *fleetsAPI) fleetOut(project string, f store.Record) (api.Fleet, error) {
 	cs, err := configSpecOf(f)
 	if err != nil {
 		return api.Fleet{}, err
@@ -42,7 +46,7 @@ func (s *Server) fleetOut(project string, f store.Record) (api.Fleet, error) {
 // projects' jobs. A corrupt record of the instance or of a job on it is an
 // error (its free capacity is unknown); listings and offers skip it, the
 // record logged once by the spec cache.
-func (s *Server) instanceOut(inst store.Record) (api.Instance, error) {
+func (s *fleetsAPI) instanceOut(inst store.Record) (api.Instance, error) {
 	st, err := s.instanceSpec(inst)
 	if err != nil {
 		return api.Instance{}, err
@@ -73,7 +77,7 @@ func (s *Server) instanceOut(inst store.Record) (api.Instance, error) {
 	return out, nil
 }
 
-func (s *Server) handleListFleets(w http.ResponseWriter, r *http.Request) error {
+func (s *fleetsAPI) handleListFleets(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -108,7 +112,7 @@ func sharedFleetName(st *store.Store, name string) bool {
 // cannot take a shared fleet's name (handleApplyFleet), so a name means one
 // fleet; one made before that rule still resolves first, so it can be
 // deleted.
-func (s *Server) findFleet(project, name string) (store.Record, error) {
+func (s *fleetsAPI) findFleet(project, name string) (store.Record, error) {
 	if f, err := s.store.Fleets().Get(project + "/" + name); err == nil {
 		return f, nil
 	}
@@ -123,7 +127,7 @@ func (s *Server) findFleet(project, name string) (store.Record, error) {
 // the path's project, then returns that project, the caller and the fleet
 // the path names (see findFleet: it may be a shared fleet whose Project is
 // ""), or the authorization or not-found error to send back.
-func (s *Server) authorizedFleet(r *http.Request, role string) (string, caller, store.Record, error) {
+func (s *fleetsAPI) authorizedFleet(r *http.Request, role string) (string, caller, store.Record, error) {
 	project, c, err := s.authorize(r, role)
 	if err != nil {
 		return "", caller{}, store.Record{}, err
@@ -132,7 +136,7 @@ func (s *Server) authorizedFleet(r *http.Request, role string) (string, caller, 
 	return project, c, f, err
 }
 
-func (s *Server) handleGetFleet(w http.ResponseWriter, r *http.Request) error {
+func (s *fleetsAPI) handleGetFleet(w http.ResponseWriter, r *http.Request) error {
 	project, _, f, err := s.authorizedFleet(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -145,7 +149,7 @@ func (s *Server) handleGetFleet(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleApplyFleet(w http.ResponseWriter, r *http.Request) error {
+func (s *fleetsAPI) handleApplyFleet(w http.ResponseWriter, r *http.Request) error {
 	project, c, cfg, err := s.readApplyConfig(w, r, api.RoleManager)
 	if err != nil {
 		return err
@@ -181,7 +185,7 @@ func (s *Server) handleApplyFleet(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-func (s *Server) handleDeleteFleet(w http.ResponseWriter, r *http.Request) error {
+func (s *fleetsAPI) handleDeleteFleet(w http.ResponseWriter, r *http.Request) error {
 	project, c, f, err := s.authorizedFleet(r, api.RoleManager)
 	if err != nil {
 		return err
@@ -211,7 +215,7 @@ func (s *Server) handleDeleteFleet(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-func (s *Server) handleListInstances(w http.ResponseWriter, r *http.Request) error {
+func (s *fleetsAPI) handleListInstances(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -233,7 +237,7 @@ func (s *Server) handleListInstances(w http.ResponseWriter, r *http.Request) err
 	return nil
 }
 
-func (s *Server) handleOffers(w http.ResponseWriter, r *http.Request) error {
+func (s *fleetsAPI) handleOffers(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -261,7 +265,7 @@ func (s *Server) handleOffers(w http.ResponseWriter, r *http.Request) error {
 
 // offers lists the idle capacity of the project's visible hosts that fits
 // one job of req, most free GPUs first.
-func (s *Server) offers(project string, req taskRequest) []api.Offer {
+func (s *fleetsAPI) offers(project string, req taskRequest) []api.Offer {
 	out := []api.Offer{}
 	for _, f := range s.store.Fleets().List() {
 		if !visibleFleet(project, f) {

@@ -11,6 +11,11 @@ import (
 	"gpud.dev/gpud/store"
 )
 
+// runsAPI serves the HTTP API of runs: planning and submitting them
+// (api_submit.go, api_inplace.go), listing, stopping and deleting them, their
+// events, their logs (api_logs.go) and their services (api_proxy.go).
+type runsAPI struct{ *Server }
+
 // nameLocks serializes submissions of the same run name in a project, so
 // two applies never both create it.
 type nameLocks struct {
@@ -38,7 +43,7 @@ func (n *nameLocks) lock(key string) func() {
 // ApplyRunRequest body and builds the run and its jobs from the
 // configuration, without writing anything. The run's Project and User are
 // the path's project and the caller.
-func (s *Server) readRunSubmission(w http.ResponseWriter, r *http.Request) (*submission, api.ApplyRunRequest, error) {
+func (s *runsAPI) readRunSubmission(w http.ResponseWriter, r *http.Request) (*submission, api.ApplyRunRequest, error) {
 	var req api.ApplyRunRequest
 	project, c, err := s.authorize(r, api.RoleUser)
 	if err != nil {
@@ -55,7 +60,7 @@ func (s *Server) readRunSubmission(w http.ResponseWriter, r *http.Request) (*sub
 	return sub, req, err
 }
 
-func (s *Server) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
+func (s *runsAPI) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
 	sub, _, err := s.readRunSubmission(w, r)
 	if err != nil {
 		return err
@@ -82,7 +87,7 @@ func (s *Server) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
 		}
 		req0 = js.Request
 	}
-	plan.Offers = s.offers(project, req0)
+	plan.Offers = s.fleetsAPI.offers(project, req0)
 	if len(plan.Offers) == 0 {
 		plan.Message = "no idle instance fits one job now; the run waits in its queue until capacity frees up"
 	}
@@ -90,7 +95,7 @@ func (s *Server) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleApplyRun(w http.ResponseWriter, r *http.Request) error {
+func (s *runsAPI) handleApplyRun(w http.ResponseWriter, r *http.Request) error {
 	sub, req, err := s.readRunSubmission(w, r)
 	if err != nil {
 		return err
@@ -134,7 +139,7 @@ func (s *Server) handleApplyRun(w http.ResponseWriter, r *http.Request) error {
 
 // writeRun sends the API view of run and its jobs; a corrupt record among
 // them fails the request (500 naming it).
-func (s *Server) writeRun(w http.ResponseWriter, status int, run store.Record) error {
+func (s *runsAPI) writeRun(w http.ResponseWriter, status int, run store.Record) error {
 	out, err := s.runOut(run, s.store.Jobs().ByRun(run.ID))
 	if err != nil {
 		return err
@@ -144,7 +149,7 @@ func (s *Server) writeRun(w http.ResponseWriter, status int, run store.Record) e
 }
 
 // findRun returns the run named in the path, active ones first.
-func (s *Server) findRun(project, name string) (store.Record, error) {
+func (s *runsAPI) findRun(project, name string) (store.Record, error) {
 	var found *store.Record
 	for _, r := range s.store.Runs().ByProject(project) {
 		if r.Name == name || r.ID == name {
@@ -164,7 +169,7 @@ func (s *Server) findRun(project, name string) (store.Record, error) {
 // {project} and a {run} (get, delete, logs, service proxy): it checks that the caller holds at least
 // the user role in the path's project, then returns the run the path names
 // (see findRun), or the authorization or not-found error to send back.
-func (s *Server) authorizedRun(r *http.Request) (store.Record, error) {
+func (s *runsAPI) authorizedRun(r *http.Request) (store.Record, error) {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return store.Record{}, err
@@ -172,7 +177,7 @@ func (s *Server) authorizedRun(r *http.Request) (store.Record, error) {
 	return s.findRun(project, r.PathValue("run"))
 }
 
-func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) error {
+func (s *runsAPI) handleListRuns(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -195,7 +200,7 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request) error {
+func (s *runsAPI) handleGetRun(w http.ResponseWriter, r *http.Request) error {
 	run, err := s.authorizedRun(r)
 	if err != nil {
 		return err
@@ -203,7 +208,7 @@ func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request) error {
 	return s.writeRun(w, http.StatusOK, run)
 }
 
-func (s *Server) handleStopRun(w http.ResponseWriter, r *http.Request) error {
+func (s *runsAPI) handleStopRun(w http.ResponseWriter, r *http.Request) error {
 	project, c, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -250,7 +255,7 @@ func (s *Server) handleStopRun(w http.ResponseWriter, r *http.Request) error {
 	return s.writeRun(w, http.StatusOK, run)
 }
 
-func (s *Server) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {
+func (s *runsAPI) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {
 	run, err := s.authorizedRun(r)
 	if err != nil {
 		return err
@@ -277,7 +282,7 @@ func (s *Server) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
+func (s *runsAPI) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -312,7 +317,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 
 // runOut is the API view of a run and its jobs; a corrupt record among
 // them is an error.
-func (s *Server) runOut(run store.Record, jobs []store.Record) (api.Run, error) {
+func (s *runsAPI) runOut(run store.Record, jobs []store.Record) (api.Run, error) {
 	st, err := s.runSpec(run)
 	if err != nil {
 		return api.Run{}, err

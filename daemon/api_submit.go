@@ -39,25 +39,6 @@ func parseConfig(req api.ApplyRequest) (*api.Config, error) {
 	return cfg, nil
 }
 
-// readApplyConfig is the preamble of the apply handlers of the
-// configuration kinds that are stored as they are (fleet, queue): it checks
-// that the caller holds at least role in the path's project, decodes the
-// ApplyRequest body and parses its configuration, and returns the project,
-// the caller and the parsed configuration, or the error to send back. The
-// caller still checks that the configuration is of the kind it applies.
-func (s *Server) readApplyConfig(w http.ResponseWriter, r *http.Request, role string) (string, caller, *api.Config, error) {
-	project, c, err := s.authorize(r, role)
-	if err != nil {
-		return "", caller{}, nil, err
-	}
-	var req api.ApplyRequest
-	if err := decodeJSON(w, r, &req); err != nil {
-		return "", caller{}, nil, err
-	}
-	cfg, err := parseConfig(req)
-	return project, c, cfg, err
-}
-
 // submission is a run ready to be stored: its record and its jobs'.
 type submission struct {
 	run  store.Record
@@ -66,7 +47,7 @@ type submission struct {
 
 // buildRun turns a validated run configuration into the run and job
 // records (status submitted), resolving ${{ secrets.X }} and ${{ env.X }}.
-func (s *Server) buildRun(project, user string, req api.ApplyRunRequest, cfg *api.Config) (*submission, error) {
+func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *api.Config) (*submission, error) {
 	spec := cfg.Run()
 	if spec == nil {
 		return nil, badField("configuration.type", "%s is not a run; apply it with /%ss/apply", cfg.Kind, cfg.Kind)
@@ -137,7 +118,7 @@ func (s *Server) buildRun(project, user string, req api.ApplyRunRequest, cfg *ap
 	if cfg.Task != nil && cfg.Task.StopCriteria == api.StopMasterDone {
 		st.StopCriteria = cfg.Task.StopCriteria
 	}
-	secrets := s.secretValues(project)
+	secrets := s.accountsAPI.secretValues(project)
 	nodes := jobLayout(cfg)
 	st.MinNodes = len(nodes)
 	if cfg.Task != nil && cfg.Task.Nodes.Min != nil && cfg.Task.Elastic() {
@@ -387,7 +368,7 @@ func resolver(env, secrets map[string]string, run, project string, n nodeLayout,
 
 // checkNameFree finds the run named name in project: an active one is a
 // conflict unless force; a finished one is replaced (its records deleted).
-func (s *Server) checkNameFree(project, name string, force bool) (replace []store.Mutation, active *store.Record, err error) {
+func (s *runsAPI) checkNameFree(project, name string, force bool) (replace []store.Mutation, active *store.Record, err error) {
 	for _, r := range s.store.Runs().ByProject(project) {
 		if r.Name != name {
 			continue

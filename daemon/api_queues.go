@@ -33,13 +33,7 @@ func queueSpecOf(r store.Record) (api.QueueSpec, error) {
 	return *cfg.Queue, nil
 }
 
-// queueSpec is queueSpecOf decoded once per record version; a corrupt
-// queue is logged once.
-func (s *Server) queueSpec(r store.Record) (api.QueueSpec, error) {
-	return cachedFor(s, r, "queue", queueSpecOf)
-}
-
-func (s *Server) handleApplyQueue(w http.ResponseWriter, r *http.Request) error {
+func (s *fleetsAPI) handleApplyQueue(w http.ResponseWriter, r *http.Request) error {
 	project, c, cfg, err := s.readApplyConfig(w, r, api.RoleManager)
 	if err != nil {
 		return err
@@ -72,7 +66,7 @@ func (s *Server) handleApplyQueue(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) error {
+func (s *fleetsAPI) handleListQueues(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -89,7 +83,7 @@ func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) error {
+func (s *fleetsAPI) handleDeleteQueue(w http.ResponseWriter, r *http.Request) error {
 	project, c, err := s.authorize(r, api.RoleManager)
 	if err != nil {
 		return err
@@ -125,7 +119,7 @@ func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) error
 
 // queueOut is the API view of a queue: its configuration, the fair share
 // and allocation of the last scheduling cycle, and its decayed usage.
-func (s *Server) queueOut(rec store.Record) (api.Queue, error) {
+func (s *fleetsAPI) queueOut(rec store.Record) (api.Queue, error) {
 	qs, err := s.queueSpec(rec)
 	if err != nil {
 		return api.Queue{}, err

@@ -15,7 +15,7 @@ import (
 // a running replica round-robin and reverse-proxies to its published port
 // with the prefix stripped, flushing as bytes arrive (SSE and streaming
 // responses are not buffered).
-func (s *Server) handleServiceProxy(w http.ResponseWriter, r *http.Request) error {
+func (s *runsAPI) handleServiceProxy(w http.ResponseWriter, r *http.Request) error {
 	run, err := s.authorizedRun(r)
 	if err != nil {
 		return err

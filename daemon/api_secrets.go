@@ -14,7 +14,7 @@ import (
 func secretID(project, name string) string { return project + "/" + name }
 
 // secretValues returns the project's secrets by name, for interpolation.
-func (s *Server) secretValues(project string) map[string]string {
+func (s *accountsAPI) secretValues(project string) map[string]string {
 	out := map[string]string{}
 	for _, r := range s.store.Secrets().ByProject(project) {
 		out[r.Name] = string(r.Sealed)
@@ -38,7 +38,7 @@ func checkSecretName(name string) error {
 	return nil
 }
 
-func (s *Server) handleListSecrets(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleListSecrets(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -51,7 +51,7 @@ func (s *Server) handleListSecrets(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-func (s *Server) handleGetSecret(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleGetSecret(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleManager)
 	if err != nil {
 		return err
@@ -65,7 +65,7 @@ func (s *Server) handleGetSecret(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleSetSecret(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleSetSecret(w http.ResponseWriter, r *http.Request) error {
 	project, c, err := s.authorize(r, api.RoleManager)
 	if err != nil {
 		return err
@@ -95,7 +95,7 @@ func (s *Server) handleSetSecret(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleDeleteSecret(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleDeleteSecret(w http.ResponseWriter, r *http.Request) error {
 	project, c, err := s.authorize(r, api.RoleManager)
 	if err != nil {
 		return err

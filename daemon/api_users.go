@@ -11,6 +11,10 @@ import (
 	"gpud.dev/gpud/store"
 )
 
+// accountsAPI serves the HTTP API of users, projects, their members and
+// their secrets (api_users.go, api_secrets.go).
+type accountsAPI struct{ *Server }
+
 // namePattern is what user, project, run, queue, fleet and secret names
 // may look like (they appear in URLs and agent job ids).
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -26,7 +30,7 @@ func userOut(r store.Record) api.User {
 	return api.User{Name: r.Name, Role: r.Role, CreatedAt: r.CreatedAt}
 }
 
-func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleWhoami(w http.ResponseWriter, r *http.Request) error {
 	u, err := s.store.Users().Get(callerOf(r).name)
 	if err != nil {
 		return err
@@ -35,7 +39,7 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleListUsers(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleListUsers(w http.ResponseWriter, r *http.Request) error {
 	if err := requireAdmin(r); err != nil {
 		return err
 	}
@@ -47,7 +51,7 @@ func (s *Server) handleListUsers(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleCreateUser(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleCreateUser(w http.ResponseWriter, r *http.Request) error {
 	if err := requireAdmin(r); err != nil {
 		return err
 	}
@@ -84,7 +88,7 @@ func (s *Server) handleCreateUser(w http.ResponseWriter, r *http.Request) error 
 
 // selfOrAdmin answers the user named in the path if it is the caller or
 // the caller is an admin; others get 404 so user names do not leak.
-func (s *Server) selfOrAdmin(r *http.Request) (store.Record, error) {
+func (s *accountsAPI) selfOrAdmin(r *http.Request) (store.Record, error) {
 	c, name := callerOf(r), r.PathValue("user")
 	if !c.admin && c.name != name {
 		return store.Record{}, notFound("user", name)
@@ -96,7 +100,7 @@ func (s *Server) selfOrAdmin(r *http.Request) (store.Record, error) {
 	return u, nil
 }
 
-func (s *Server) handleGetUser(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleGetUser(w http.ResponseWriter, r *http.Request) error {
 	u, err := s.selfOrAdmin(r)
 	if err != nil {
 		return err
@@ -105,7 +109,7 @@ func (s *Server) handleGetUser(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleDeleteUser(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleDeleteUser(w http.ResponseWriter, r *http.Request) error {
 	if err := requireAdmin(r); err != nil {
 		return err
 	}
@@ -129,7 +133,7 @@ func (s *Server) handleDeleteUser(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-func (s *Server) handleRotateToken(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleRotateToken(w http.ResponseWriter, r *http.Request) error {
 	u, err := s.selfOrAdmin(r)
 	if err != nil {
 		return err
@@ -149,7 +153,7 @@ func (s *Server) handleRotateToken(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-func (s *Server) handleListProjects(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleListProjects(w http.ResponseWriter, r *http.Request) error {
 	c := callerOf(r)
 	out := []api.Project{}
 	for _, p := range s.store.Projects().List() {
@@ -168,7 +172,7 @@ func (s *Server) handleListProjects(w http.ResponseWriter, r *http.Request) erro
 	return nil
 }
 
-func (s *Server) handleCreateProject(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleCreateProject(w http.ResponseWriter, r *http.Request) error {
 	if err := requireAdmin(r); err != nil {
 		return err
 	}
@@ -194,7 +198,7 @@ func (s *Server) handleCreateProject(w http.ResponseWriter, r *http.Request) err
 	return nil
 }
 
-func (s *Server) handleGetProject(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleGetProject(w http.ResponseWriter, r *http.Request) error {
 	project, c, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -211,7 +215,7 @@ func (s *Server) handleGetProject(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-func (s *Server) handleDeleteProject(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleDeleteProject(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -258,7 +262,7 @@ func (s *Server) handleDeleteProject(w http.ResponseWriter, r *http.Request) err
 	return nil
 }
 
-func (s *Server) handleListMembers(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleListMembers(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
 		return err
@@ -272,7 +276,7 @@ func (s *Server) handleListMembers(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-func (s *Server) handleSetMember(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleSetMember(w http.ResponseWriter, r *http.Request) error {
 	project, c, have, err := s.authorizeRole(r, api.RoleManager)
 	if err != nil {
 		return err
@@ -303,7 +307,7 @@ func (s *Server) handleSetMember(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleDeleteMember(w http.ResponseWriter, r *http.Request) error {
+func (s *accountsAPI) handleDeleteMember(w http.ResponseWriter, r *http.Request) error {
 	project, c, have, err := s.authorizeRole(r, api.RoleManager)
 	if err != nil {
 		return err
@@ -327,7 +331,7 @@ func (s *Server) handleDeleteMember(w http.ResponseWriter, r *http.Request) erro
 // outranks refuses when user's current role in project is above have, the
 // caller's: a member never lowers or removes a role above its own (a
 // manager cannot demote or remove the project's admin).
-func (s *Server) outranks(project, user, have, what string) error {
+func (s *accountsAPI) outranks(project, user, have, what string) error {
 	m, err := s.store.Members().Get(store.MemberID(project, user))
 	if err != nil {
 		return nil // not a member yet: nothing above the caller to protect
