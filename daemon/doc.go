@@ -6,6 +6,16 @@
 // run and job reconcilers (DESIGN.md §4 state machines, retry, durations),
 // job log collection, and the service proxy without a gateway.
 //
+// Each of these is a type of its own that holds the Server, and a file's
+// name prefix says which: accountsAPI, runsAPI and fleetsAPI (api_*.go)
+// serve the HTTP API by area; scheduler (scheduler_*.go) runs the
+// scheduling loop; dispatcher (dispatch*.go) runs bound jobs on their
+// agents and copies their logs; reconciler (reconcile*.go) drives the run
+// state machines and policies; hosts (hosts_*.go) connects the local
+// agent, SSH fleets and registration tunnels and handles lost hosts. Server
+// itself keeps the wiring and lifecycle, routing and authentication, and
+// the shared store, spec-cache and clock helpers.
+//
 // daemon is the only package that imports store, sched and agent together.
 // Nothing in gpud imports daemon except the command line (cli/); the
 // layering test (internal/layering) enforces it.

@@ -32,7 +32,7 @@ import (
 // server serves tunnel.ConnectPath over TLS on that address. Agents started
 // with `GPUD_AGENT_TOKEN=T gpud agent --server https://ADDR` join the
 // token's fleet as instances with backend "registration", reached through
-// their tunnel, under an id the server assigns (hostkeys.go) and bound to
+// their tunnel, under an id the server assigns (hosts_keys.go) and bound to
 // the key they prove. Tokens are per fleet, stored as hashes in the
 // store's KV namespace, and revocable (revoking also drops the tunnels
 // registered with them and forgets their hosts' keys). A shared fleet's

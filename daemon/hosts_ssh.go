@@ -24,7 +24,7 @@ import (
 // backend "ssh"; re-applying adds and tears down hosts; deleting the fleet
 // tears all of them down. A monitor per host records unreachable and
 // reachable-again transitions as instance events and hands them to the
-// host-failure handling (hostfailure.go).
+// host-failure handling (hosts_failure.go).
 
 // sshHost is one provisioned host of an SSH fleet.
 type sshHost struct {

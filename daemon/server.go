@@ -93,7 +93,7 @@ type Options struct {
 	// wall clock).
 	Clock Clock
 	// FairShareWindow, FairShareHalfLife and FairShareK set time-based
-	// fair share (fairshare.go, docs/scheduler.md): how far back queue
+	// fair share (scheduler_fairshare.go, docs/scheduler.md): how far back queue
 	// usage counts (default 168h, as KAI), the half-life of its decay
 	// (default 24h; negative: no decay, KAI's default) and the strength of
 	// the correction (default 1, as KAI's kValue; negative: off).
@@ -148,15 +148,15 @@ type Server struct {
 	// specs caches decoded run and job specs for hot reads.
 	specs specCache
 
-	// The parts, each owning one side of the server (doc.go) and holding
-	// this Server.
-	fleetsAPI   *fleetsAPI
-	runsAPI     *runsAPI
+	// The parts, each owning one side of the server (doc.go); each holds
+	// this Server, for the store, the clock and the helpers above.
 	accountsAPI *accountsAPI
-	reconciler  *reconciler
-	dispatcher  *dispatcher
-	hosts       *hosts
+	runsAPI     *runsAPI
+	fleetsAPI   *fleetsAPI
 	scheduler   *scheduler
+	dispatcher  *dispatcher
+	reconciler  *reconciler
+	hosts       *hosts
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -203,13 +203,13 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
 	s := &Server{opts: opts, log: opts.Logger, store: st, schedWake: make(chan struct{}, 1)}
-	s.fleetsAPI = &fleetsAPI{s}
-	s.runsAPI = &runsAPI{s}
 	s.accountsAPI = &accountsAPI{s}
-	s.reconciler = &reconciler{s}
-	s.dispatcher = &dispatcher{s}
-	s.hosts = &hosts{s}
+	s.runsAPI = &runsAPI{s}
+	s.fleetsAPI = &fleetsAPI{s}
 	s.scheduler = &scheduler{s}
+	s.dispatcher = &dispatcher{s}
+	s.reconciler = &reconciler{s}
+	s.hosts = &hosts{s}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := s.start(ctx); err != nil {
 		s.cancel()

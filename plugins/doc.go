@@ -11,7 +11,7 @@
 // Bare-metal registration (agents that dial in over TLS with a per-fleet,
 // revocable token, multiplexed with yamux) is the other transport; both of
 // its ends live in agent/tunnel, as the agent dials it, and
-// daemon/registration.go mounts its Acceptor.
+// daemon/hosts_registration.go mounts its Acceptor.
 //
 // plugins and its sub-packages must not import daemon (the server wires
 // them) nor store or sched: persistence is reached through small
