@@ -140,9 +140,9 @@ func (s *fleetsAPI) queueOut(rec store.Record) (api.Queue, error) {
 	if qs.Limit.Memory != nil {
 		out.Limit.Memory = float64(*qs.Limit.Memory)
 	}
-	s.sharesMu.Lock()
-	share, ok := s.shares[rec.ID]
-	s.sharesMu.Unlock()
+	s.scheduler.sharesMu.Lock()
+	share, ok := s.scheduler.shares[rec.ID]
+	s.scheduler.sharesMu.Unlock()
 	if ok {
 		out.FairShare = amounts(share.FairShare)
 		out.Allocated = amounts(share.Allocated)

@@ -86,8 +86,8 @@ func (s *fleetsAPI) handleRevokeRegistrationToken(w http.ResponseWriter, r *http
 	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
 		return err
 	}
-	if s.registration != nil {
-		s.registration.DropToken(id)
+	if s.hosts.registration != nil {
+		s.hosts.registration.DropToken(id)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

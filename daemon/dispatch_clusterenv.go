@@ -67,9 +67,9 @@ func (s *dispatcher) jobCluster(ctx context.Context, j store.Record, js jobRecor
 // host's internal_ip, else its hostname (resolved to an IP); for other
 // hosts the first IPv4 address their agent reports; else loopback.
 func (s *dispatcher) instanceAddress(ctx context.Context, instance string) (string, error) {
-	s.ssh.mu.Lock()
-	h := s.ssh.hosts[instance]
-	s.ssh.mu.Unlock()
+	s.hosts.ssh.mu.Lock()
+	h := s.hosts.ssh.hosts[instance]
+	s.hosts.ssh.mu.Unlock()
 	if h != nil {
 		if h.target.InternalIP != "" {
 			return h.target.InternalIP, nil

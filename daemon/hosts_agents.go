@@ -13,6 +13,7 @@ import (
 	"gpud.dev/gpud/agent"
 	agentclient "gpud.dev/gpud/agent/client"
 	agentserver "gpud.dev/gpud/agent/server"
+	"gpud.dev/gpud/agent/tunnel"
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
 )
@@ -21,7 +22,15 @@ import (
 // of SSH fleets and of registration tunnels, their instances and the host
 // keys they register with, and what a lost or returning host does to the
 // jobs it ran (hosts_failure.go).
-type hosts struct{ *Server }
+type hosts struct {
+	*Server
+	local *localAgent
+	ssh   sshHosts
+	// registration accepts agent tunnels (nil when off).
+	registration     *tunnel.Acceptor
+	registrationHTTP *http.Server
+	registrationURL  string
+}
 
 // agentLink is the server's connection to one host's agent. Client is nil
 // for hosts that only heartbeat (simulated agents): the scheduler sees

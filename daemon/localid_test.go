@@ -24,7 +24,7 @@ import (
 // (running or not), so tests leave none behind on the shared engine.
 func removeContainers(t testing.TB, srv *Server) {
 	t.Helper()
-	if srv.local == nil || !strings.Contains(srv.local.agent.RuntimeName(), "docker") {
+	if srv.hosts.local == nil || !strings.Contains(srv.hosts.local.agent.RuntimeName(), "docker") {
 		return
 	}
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -35,7 +35,7 @@ func removeContainers(t testing.TB, srv *Server) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, c := range agentContainers(t, cli, srv.local.id) {
+	for _, c := range agentContainers(t, cli, srv.hosts.local.id) {
 		if _, err := cli.ContainerRemove(ctx, c, client.ContainerRemoveOptions{Force: true}); err != nil {
 			t.Errorf("remove container %s: %v", c, err)
 		}
@@ -69,7 +69,7 @@ func TestServersSharingADockerEngineAdoptOnlyTheirOwnContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	firstID := first.local.id
+	firstID := first.hosts.local.id
 	first.must(http.StatusCreated, first.admin, "POST", "/api/v1/projects/main/runs/apply",
 		yamlApply("type: task\nname: kept\nimage: "+dockerimage.Ref+"\ncommands: [echo up, sleep 300]\n"), nil)
 	waitRunStatus(first, "kept", "running")
@@ -84,13 +84,13 @@ func TestServersSharingADockerEngineAdoptOnlyTheirOwnContainers(t *testing.T) {
 		check func() error
 	}{
 		{"the ids differ and are per data dir", func() error {
-			if !strings.HasPrefix(firstID, "local-") || !strings.HasPrefix(second.local.id, "local-") || firstID == second.local.id {
-				return fmt.Errorf("agent ids %q and %q, want two different local-<hash> ids", firstID, second.local.id)
+			if !strings.HasPrefix(firstID, "local-") || !strings.HasPrefix(second.hosts.local.id, "local-") || firstID == second.hosts.local.id {
+				return fmt.Errorf("agent ids %q and %q, want two different local-<hash> ids", firstID, second.hosts.local.id)
 			}
 			return nil
 		}},
 		{"the second adopted nothing", func() error {
-			if jobs := second.local.agent.List(); len(jobs) != 0 {
+			if jobs := second.hosts.local.agent.List(); len(jobs) != 0 {
 				return fmt.Errorf("second server's agent has %+v, want no job", jobs)
 			}
 			return nil
@@ -117,10 +117,10 @@ func TestServersSharingADockerEngineAdoptOnlyTheirOwnContainers(t *testing.T) {
 			t.Fatal(err)
 		}
 		again := startServerWith(t, Options{DataDir: dir, FakeGPUs: "1xH100:80GB", RotateAdminToken: true})
-		if again.local.id != firstID {
-			t.Fatalf("agent id after restart %q, want %q", again.local.id, firstID)
+		if again.hosts.local.id != firstID {
+			t.Fatalf("agent id after restart %q, want %q", again.hosts.local.id, firstID)
 		}
-		jobs := again.local.agent.List()
+		jobs := again.hosts.local.agent.List()
 		if len(jobs) != 1 || jobs[0].State != api.JobRunning {
 			t.Fatalf("re-adopted jobs %+v, want the running one", jobs)
 		}

@@ -39,7 +39,7 @@ func TestLocalAgentSocketFitsSunPathWhateverTheDataDir(t *testing.T) {
 				}
 			}
 			ts := startServerWith(t, Options{DataDir: dir, FakeGPUs: "1xH100:80GB", Runtime: "process"})
-			sock := ts.local.socket
+			sock := ts.hosts.local.socket
 			if len(sock) > maxSocketPath {
 				t.Fatalf("socket %s is %d bytes, over %d", sock, len(sock), maxSocketPath)
 			}

@@ -72,13 +72,13 @@ func startServerWith(t testing.TB, opts Options) *testServer {
 				_, _ = srv.store.Apply(context.Background(), muts...)
 			}
 		}
-		if srv.local != nil {
+		if srv.hosts.local != nil {
 			// Stop and wait for every job the local agent has, so no shim
 			// is still writing into the data dir when t.TempDir removes it.
 			waitCtx, cancelWait := context.WithTimeout(context.Background(), 20*time.Second)
-			for _, j := range srv.local.agent.List() {
-				_, _ = srv.local.agent.Stop(waitCtx, j.ID)
-				_, _ = srv.local.agent.Wait(waitCtx, j.ID)
+			for _, j := range srv.hosts.local.agent.List() {
+				_, _ = srv.hosts.local.agent.Stop(waitCtx, j.ID)
+				_, _ = srv.hosts.local.agent.Wait(waitCtx, j.ID)
 			}
 			cancelWait()
 		}

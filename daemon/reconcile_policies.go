@@ -223,7 +223,7 @@ func (s *reconciler) watchInactivity(id string, d time.Duration) {
 	s.runWatcher("inactivity", id, pollEvery(d), func(_ store.Record, jobs []store.Record, now time.Time) string {
 		attached := false
 		for _, j := range jobs {
-			if s.local == nil || j.Instance != s.local.instance {
+			if s.hosts.local == nil || j.Instance != s.hosts.local.instance {
 				return ""
 			}
 			var ports []int

@@ -217,7 +217,7 @@ resources:
 	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/holds-secret/stop", api.StopRunRequest{}, nil)
 	job := ts.waitRunEnd("holds-secret", 30*time.Second).Jobs[0].ID
 	testutil.Eventually(t, 20*time.Second, func() error {
-		if st, err := ts.local.agent.Get(job); err != nil || !st.State.Finished() {
+		if st, err := ts.hosts.local.agent.Get(job); err != nil || !st.State.Finished() {
 			return fmt.Errorf("agent job %s: %+v %v", job, st, err)
 		}
 		return nil

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"gpud.dev/gpud/api"
@@ -17,7 +18,13 @@ import (
 // jobs and instances into a sched.Snapshot, commits the plan sched.Schedule
 // returns and dispatches what it binds; it also samples queue usage for
 // time-based fair share.
-type scheduler struct{ *Server }
+type scheduler struct {
+	*Server
+	// shares are the queues' fair shares of the last cycle, for the
+	// queues API.
+	sharesMu sync.Mutex
+	shares   map[string]sched.QueueShare
+}
 
 // kick wakes a loop without blocking: one pending wake-up is enough.
 func kick(c chan struct{}) {

@@ -13,9 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gpud.dev/gpud/agent/tunnel"
 	"gpud.dev/gpud/plugins/sshfleet"
-	"gpud.dev/gpud/sched"
 	"gpud.dev/gpud/store"
 )
 
@@ -131,20 +129,12 @@ type Server struct {
 	// adminToken is set only when this start created (or rotated) it.
 	adminToken string
 
-	local  *localAgent
-	agents agentSet
-	ssh    sshHosts
-	// registration accepts agent tunnels (nil when off).
-	registration     *tunnel.Acceptor
-	registrationHTTP *http.Server
-	registrationURL  string
-	working          tracker
-	names            nameLocks
-	proxyRR          proxyCounter
+	agents  agentSet
+	working tracker
+	names   nameLocks
+	proxyRR proxyCounter
 	// schedWake wakes the scheduler loop (buffer 1: wake-ups coalesce).
 	schedWake chan struct{}
-	sharesMu  sync.Mutex
-	shares    map[string]sched.QueueShare
 	// specs caches decoded run and job specs for hot reads.
 	specs specCache
 
@@ -206,10 +196,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.accountsAPI = &accountsAPI{s}
 	s.runsAPI = &runsAPI{s}
 	s.fleetsAPI = &fleetsAPI{s}
-	s.scheduler = &scheduler{s}
+	s.scheduler = &scheduler{Server: s}
 	s.dispatcher = &dispatcher{s}
 	s.reconciler = &reconciler{s}
-	s.hosts = &hosts{s}
+	s.hosts = &hosts{Server: s}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := s.start(ctx); err != nil {
 		s.cancel()
@@ -290,14 +280,14 @@ func (s *Server) Close() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := s.http.Shutdown(sctx)
-		if s.registrationHTTP != nil {
-			err = errors.Join(err, s.registrationHTTP.Close())
+		if s.hosts.registrationHTTP != nil {
+			err = errors.Join(err, s.hosts.registrationHTTP.Close())
 		}
 		s.cancel()
 		s.hosts.closeSSHFleets()
 		s.wg.Wait()
-		if s.local != nil {
-			err = errors.Join(err, s.local.close())
+		if s.hosts.local != nil {
+			err = errors.Join(err, s.hosts.local.close())
 		}
 		s.closeErr = errors.Join(err, s.store.Close())
 	})
@@ -306,4 +296,4 @@ func (s *Server) Close() error {
 
 // RegistrationURL is the https:// URL agents register at, "" when
 // registration is off.
-func (s *Server) RegistrationURL() string { return s.registrationURL }
+func (s *Server) RegistrationURL() string { return s.hosts.registrationURL }
