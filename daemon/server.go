@@ -203,8 +203,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := s.start(ctx); err != nil {
 		s.cancel()
-		_ = st.Close()
-		return nil, err
+		return nil, errors.Join(err, st.Close())
 	}
 	return s, nil
 }
@@ -266,8 +265,7 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-s.ctx.Done():
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {
-			_ = s.Close()
-			return fmt.Errorf("serve: %w", err)
+			return errors.Join(fmt.Errorf("serve: %w", err), s.Close())
 		}
 	}
 	return s.Close()
