@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -12,6 +11,7 @@ import (
 
 	"gpud.dev/gpud/agent/runtime/mixed"
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
 )
 
 // On the server's own host a runtime without Docker never falls back to
@@ -67,9 +67,7 @@ func TestOpenHostRuntimeWithoutDockerNeverFallsBackOnTheServersHost(t *testing.T
 // A root agent never runs process jobs as root, whichever caller opens it;
 // the embedded laptop mode runs them as the invoking user, whoever that is.
 func TestOpenHostRuntimeRefusesRootAsTheProcessUserButForTheInvokingUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("only a root agent switches users (CI runs the tests as root)")
-	}
+	testutil.NeedRoot(t, "only a root agent switches users")
 	for _, p := range []RunPolicy{{ProcessUser: "root", ProcessAsOwnUser: true}, {ProcessUser: "root", ServerHost: true}} {
 		_, _, err := OpenHostRuntime(context.Background(), RuntimeOptions{Kind: RuntimeProcess, DataDir: t.TempDir(), Logger: zerolog.Nop()}, p)
 		var runAs *RunAsError

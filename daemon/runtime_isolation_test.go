@@ -96,9 +96,7 @@ func TestPrivilegedRunsAreRefusedOnTheServersOwnHost(t *testing.T) {
 // server root), a user-role member's job runs as nobody, in a fresh
 // directory of its own, and cannot read the server's state key.
 func TestProcessRuntimeOnServeRunsJobsUnprivilegedOutsideTheServersFiles(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the process runtime switches users only as root (CI runs the tests as root)")
-	}
+	testutil.NeedRoot(t, "the process runtime switches users only as root")
 	ts := startServer(t, "")
 	mallory := ts.userMember("mallory")
 	ts.must(http.StatusCreated, mallory, "POST", "/api/v1/projects/main/runs/apply", yamlApply(probeTask("probe", ts.opts.DataDir)), nil)

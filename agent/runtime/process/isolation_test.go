@@ -85,9 +85,7 @@ func filesHolding(t *testing.T, dir, value string) []string {
 // cannot read the agent's data dir nor list the other jobs' directories,
 // and its secret is in no file of the data dir while it runs or after.
 func TestJobsRunUnprivilegedInTheirOwnDirectoryAndSecretsNeverTouchTheDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("switching to an unprivileged user needs root (CI runs the tests as root)")
-	}
+	testutil.NeedRoot(t, "switching to an unprivileged user")
 	dataDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dataDir, "state.key"), []byte("server key"), 0o600); err != nil {
 		t.Fatal(err)
@@ -161,9 +159,7 @@ func TestJobsRunUnprivilegedInTheirOwnDirectoryAndSecretsNeverTouchTheDisk(t *te
 // A job cannot pick root (or any user but the configured one) when the
 // runtime runs every job as an unprivileged user.
 func TestAJobCannotChooseAnotherUserThanTheRuntimes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("switching to an unprivileged user needs root (CI runs the tests as root)")
-	}
+	testutil.NeedRoot(t, "switching to an unprivileged user")
 	rt := open(t, process.Config{DataDir: filepath.Join(t.TempDir(), "jobs"), RunAs: "nobody"})
 	for _, user := range []string{"root", "0", "0:0"} {
 		_, err := rt.Start(context.Background(), api.JobSpec{ID: "as-root", Commands: []string{"id -u"}, User: user}, nil)
