@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/goccy/go-yaml/ast"
 )
@@ -39,6 +40,30 @@ type Config struct {
 	Volume         *VolumeSpec
 	Gateway        *GatewaySpec
 	Queue          *QueueSpec
+
+	// keys is where each field is written in the source, by path; nil
+	// for a Config not read by Parse.
+	keys map[string]*Error
+}
+
+// At returns an error about the field at path (with its index:
+// "volumes[0].path"), anchored where the field is written in the source,
+// or to the closest parent written there (a field a profile or a
+// shorthand set has no key of its own).
+func (c *Config) At(path, msg, fix string) *Error {
+	for p := path; ; {
+		if k, ok := c.keys[p]; ok {
+			e := *k
+			e.Path, e.Message, e.Fix = path, msg, fix
+			return &e
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return &Error{Path: path, Message: msg, Fix: fix}
 }
 
 // Run returns the shared run part of a task, service or dev environment,

@@ -62,6 +62,7 @@ func Parse(filename string, data []byte, opts ...Option) (*Config, error) {
 		}
 	}
 	cfg.setDefaults()
+	cfg.keys = d.keys
 	return cfg, nil
 }
 
@@ -88,6 +89,8 @@ type decoder struct {
 	errs    ErrorList
 	anchors map[string]ast.Node
 	depth   int
+	// keys is where each key of the document is written, by its path.
+	keys map[string]*Error
 }
 
 // document parses the source and returns the body of its only document, or
@@ -120,6 +123,28 @@ func (d *decoder) document() ast.Node {
 		d.fileError("the configuration is empty", "start it with a type, like `type: task`")
 	}
 	return body
+}
+
+// markKey remembers where the key of path is written, for errors about the
+// field that the server finds later (Config.At).
+func (d *decoder) markKey(key ast.Node, path string) {
+	if d.keys == nil {
+		d.keys = map[string]*Error{}
+	}
+	if _, ok := d.keys[path]; ok {
+		return
+	}
+	line, col := position(key)
+	e := &Error{File: d.file, Line: line, Column: col, Path: path}
+	if line > 0 {
+		if d.lines == nil {
+			d.lines = splitLines(string(d.src))
+		}
+		if line <= len(d.lines) {
+			e.Source = d.lines[line-1]
+		}
+	}
+	d.keys[path] = e
 }
 
 func (d *decoder) fileError(msg, fix string) {
@@ -330,6 +355,7 @@ func (d *decoder) objectWith(n ast.Node, path, what string, decode func(key stri
 		// A null value counts as absent; errors about a value point at it.
 		if r := d.resolveQuiet(kv.value); r != nil && !isNull(r) && kv.value.GetToken() != nil {
 			present[kv.key] = kv.value
+			d.markKey(kv.keyN, p)
 		}
 	}
 	return present

@@ -40,7 +40,8 @@ import (
 // Status codes: 400 bad_request / invalid_json / unknown_field /
 // invalid_field / invalid_configuration, 401 unauthorized, 403 forbidden,
 // 404 not_found / project_not_found, 405 method_not_allowed, 409 conflict,
-// 413 body_too_large, 415 unsupported_media_type, 500 internal.
+// 413 body_too_large, 415 unsupported_media_type, 422 not_honoured, 500
+// internal.
 
 // Error codes of the server API (ServerError.Code).
 const (
@@ -49,15 +50,18 @@ const (
 	CodeUnknownField         = "unknown_field"
 	CodeInvalidField         = "invalid_field"
 	CodeInvalidConfiguration = "invalid_configuration"
-	CodeUnauthorized         = "unauthorized"
-	CodeForbidden            = "forbidden"
-	CodeNotFound             = "not_found"
-	CodeProjectNotFound      = "project_not_found"
-	CodeMethodNotAllowed     = "method_not_allowed"
-	CodeConflict             = "conflict"
-	CodeBodyTooLarge         = "body_too_large"
-	CodeUnsupportedMedia     = "unsupported_media_type"
-	CodeInternal             = "internal"
+	// CodeNotHonoured: the configuration is valid, but sets fields gpud
+	// cannot honour on the hosts the run may use; Errors name each field.
+	CodeNotHonoured      = "not_honoured"
+	CodeUnauthorized     = "unauthorized"
+	CodeForbidden        = "forbidden"
+	CodeNotFound         = "not_found"
+	CodeProjectNotFound  = "project_not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeConflict         = "conflict"
+	CodeBodyTooLarge     = "body_too_large"
+	CodeUnsupportedMedia = "unsupported_media_type"
+	CodeInternal         = "internal"
 )
 
 // MaxRequestBody is the largest request body the server reads, in bytes.
@@ -184,6 +188,9 @@ type RunPlan struct {
 	// Message says why the run cannot start now, if that is known; empty
 	// when offers exist.
 	Message string `json:"message,omitempty"`
+	// Notes say what gpud will do differently from a dstack server (no
+	// gateway, no instances created, ...), so nothing is a surprise.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // StopRunRequest stops a run. Abort skips the stop_duration grace (jobs

@@ -56,7 +56,18 @@ func (s *runsAPI) readRunSubmission(w http.ResponseWriter, r *http.Request) (*su
 	if err != nil {
 		return nil, req, err
 	}
-	sub, err := s.buildRun(project, c.name, req, cfg)
+	verdict, err := s.checkRunFields(project, cfg)
+	if err != nil {
+		var el api.ErrorList
+		if errors.As(err, &el) {
+			return nil, req, notHonoured(el)
+		}
+		return nil, req, err
+	}
+	sub, err := s.buildRun(project, c.name, req, cfg, verdict.targets)
+	if sub != nil {
+		sub.notes = verdict.notes
+	}
 	return sub, req, err
 }
 
@@ -71,7 +82,7 @@ func (s *runsAPI) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	plan := api.RunPlan{Action: "create", Run: out}
+	plan := api.RunPlan{Action: "create", Run: out, Notes: sub.notes}
 	_, active, err := s.checkNameFree(project, sub.run.Name, true)
 	if err != nil {
 		return err

@@ -43,11 +43,13 @@ func parseConfig(req api.ApplyRequest) (*api.Config, error) {
 type submission struct {
 	run  store.Record
 	jobs []store.Record
+	// notes are the plan's notes (fieldVerdict.notes).
+	notes []string
 }
 
 // buildRun turns a validated run configuration into the run and job
 // records (status submitted), resolving ${{ secrets.X }} and ${{ env.X }}.
-func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *api.Config) (*submission, error) {
+func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *api.Config, targets runTargets) (*submission, error) {
 	spec := cfg.Run()
 	if spec == nil {
 		return nil, badField("configuration.type", "%s is not a run; apply it with /%ss/apply", cfg.Kind, cfg.Kind)
@@ -75,7 +77,7 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 	}
 	now := s.now()
 	runID := newID()
-	st := runState{Type: cfg.Kind, Config: normalized, SubmittedAt: now, Preemptible: true}
+	st := runState{Type: cfg.Kind, Config: normalized, SubmittedAt: now, Preemptible: true, Targets: targets}
 	if spec.Priority != nil {
 		st.Priority = priorityValue(*spec.Priority)
 		st.Preemptible = spec.Priority.Preemptible()

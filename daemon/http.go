@@ -158,6 +158,15 @@ func configErrors(el api.ErrorList) *api.ServerError {
 	return se
 }
 
+// notHonoured is the answer to a configuration whose fields gpud cannot
+// honour where the run may go: one error per field, each naming it, the
+// target and what to do instead.
+func notHonoured(el api.ErrorList) *api.ServerError {
+	se := configErrors(el)
+	se.Status, se.Code = http.StatusUnprocessableEntity, api.CodeNotHonoured
+	return se
+}
+
 // handlerFunc is an API handler that returns its error instead of writing it.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 

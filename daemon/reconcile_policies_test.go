@@ -189,7 +189,7 @@ func TestUtilizationPolicyStopsARunWithIdleGPUs(t *testing.T) {
 func TestDevEnvironmentStopsAfterInactivity(t *testing.T) {
 	ts := startServer(t, "1xH100:80GB")
 	port := testutil.FreePort(t)
-	ts.submit(fmt.Sprintf("type: dev-environment\nname: dev\nide: vscode\nports: [%d]\ninit: ['(busybox nc -ll -p %d -e /bin/cat &)']\ninactivity_duration: 2s\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n", port, port))
+	ts.submit(fmt.Sprintf("type: dev-environment\nname: dev\nports: [%d]\ninit: ['(busybox nc -ll -p %d -e /bin/cat &)']\ninactivity_duration: 2s\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n", port, port))
 	ts.waitRun("dev", "running", "", 30*time.Second)
 	var conn net.Conn
 	testutil.Eventually(t, 10*time.Second, func() error {

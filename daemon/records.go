@@ -58,6 +58,9 @@ type runState struct {
 	// Inactivity is a dev environment's inactivity_duration: it stops
 	// once no client was attached for that long.
 	Inactivity time.Duration `json:"inactivity,omitempty"`
+	// Targets are the runtimes and host kinds that honour every field the
+	// run sets (fields.go); empty: any.
+	Targets runTargets `json:"targets,omitzero"`
 }
 
 // jobRecordSpec is what the server keeps in a job record's Spec: the

@@ -180,7 +180,7 @@ func (s *scheduler) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 			continue
 		}
 		node := sched.Node{Name: inst.ID, CPU: int64(st.Host.CPUs) * 1000, Memory: int64(st.Host.Memory),
-			Labels: map[string]string{"fleet": inst.Fleet, projectLabel: f.Project}}
+			Labels: map[string]string{"fleet": inst.Fleet, projectLabel: f.Project, runtimeLabel: st.Host.Runtime, backendLabel: st.Backend}}
 		for _, d := range st.Host.Accelerators.Devices {
 			node.Devices = append(node.Devices, sched.Device{Index: d.Index, Name: gpuModel(d.Name), Memory: d.MemoryTotal})
 		}
@@ -246,6 +246,7 @@ runs:
 			}
 			sj := sched.Job{Name: name, Queue: run.Queue, Priority: rs.Priority, Preemptible: rs.Preemptible, MinMembers: min(max(rs.MinNodes, 1), len(g)),
 				Nodes: projectNodes(run.Project)}
+			sj.Nodes.And = rs.Targets.selector()
 			sj.Topology = gangTopology(rs.Type, len(g))
 			for _, j := range g {
 				js := specs[j.ID]

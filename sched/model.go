@@ -1,6 +1,9 @@
 package sched
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Resource names one schedulable resource kind.
 type Resource int
@@ -151,14 +154,34 @@ type Job struct {
 
 // NodeSelector selects the nodes whose label Key has one of Values; ""
 // among Values also selects nodes without the label. An empty Key
-// selects every node.
+// selects every node. And are further selectors a selected node must
+// meet too (a run's fleets, the runtimes that honour its fields).
 type NodeSelector struct {
 	Key    string
 	Values []string
+	And    []NodeSelector
+}
+
+// IsZero reports whether s selects every node.
+func (s NodeSelector) IsZero() bool {
+	if s.Key != "" {
+		return false
+	}
+	for _, a := range s.And {
+		if !a.IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 // selects reports whether n is one of the selected nodes.
 func (s NodeSelector) selects(n *Node) bool {
+	for _, a := range s.And {
+		if !a.selects(n) {
+			return false
+		}
+	}
 	if s.Key == "" {
 		return true
 	}
@@ -169,6 +192,20 @@ func (s NodeSelector) selects(n *Node) bool {
 		}
 	}
 	return false
+}
+
+// String describes the selected nodes: `project "a" or ""`, joined by "and".
+func (s NodeSelector) String() string {
+	var parts []string
+	if s.Key != "" {
+		parts = append(parts, s.Key+" "+strings.Join(quoteAll(s.Values), " or "))
+	}
+	for _, a := range s.And {
+		if !a.IsZero() {
+			parts = append(parts, a.String())
+		}
+	}
+	return strings.Join(parts, " and ")
 }
 
 // Topology names node-label levels, outermost first (zone, rack, ...).

@@ -95,7 +95,7 @@ func (c *cycle) explainPlacement(j int, tasks []int) string {
 		return "no node is schedulable"
 	}
 	if sel := js.job.Nodes; js.eligible != nil && c.idx.all.next(0, js.eligible) < 0 {
-		return "no schedulable node has " + sel.Key + " " + strings.Join(quoteAll(sel.Values), " or ")
+		return "no schedulable node has " + sel.String()
 	}
 	for _, t := range tasks {
 		if r := c.explainImpossible(&js.job.Tasks[t], js.eligible); r != "" {

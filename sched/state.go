@@ -214,7 +214,7 @@ func (c *cycle) buildJobs() {
 		j := &c.snap.Jobs[i]
 		js := &c.jobs[i]
 		js.job, js.order = j, i
-		if sel := j.Nodes; sel.Key != "" {
+		if sel := j.Nodes; !sel.IsZero() {
 			key := selectorKey(sel)
 			set, ok := bySelector[key]
 			if !ok {
@@ -432,10 +432,14 @@ func (c *cycle) rollback(mark int) {
 // selectorKey identifies a selector (for sharing its node set and for the
 // failure cache: jobs that may use different nodes fail differently).
 func selectorKey(s NodeSelector) string {
-	if s.Key == "" {
+	if s.IsZero() {
 		return ""
 	}
-	return s.Key + "=" + strings.Join(s.Values, "\x00")
+	k := s.Key + "=" + strings.Join(s.Values, "\x00")
+	for _, a := range s.And {
+		k += "\x01" + selectorKey(a)
+	}
+	return k
 }
 
 // within narrows dom (nil: every node) to the nodes job j may use.

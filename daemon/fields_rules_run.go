@@ -1,0 +1,56 @@
+package daemon
+
+// runRules are the fields every run kind shares that are not in another
+// area's table: what runs, its environment, its resources as the scheduler
+// reads them, scheduling, and the run kinds' own fields that need no
+// subsystem.
+var runRules = fieldRules{
+	"type":     {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
+	"name":     {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
+	"env":      {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
+	"shell":    {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
+	"commands": {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
+
+	"resources":        {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
+	"resources.memory": {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
+
+	"volumes": {All: &refusal{Why: "volumes are not mounted yet (dev environments, files and volumes come in one piece of work)",
+		Instead: "drop volumes and keep data in the image or fetch it in commands; for host paths, bake them into a Docker image"}},
+	"repos": {All: &refusal{Why: "repos are not uploaded or cloned yet",
+		Instead: "drop repos and `git clone` in commands (a private repo's token from ${{ secrets.X }})"}},
+	"files": {All: &refusal{Why: "files are not uploaded yet",
+		Instead: "drop files and put them in the image, or fetch them in commands"}},
+
+	"priority":    {Proof: []string{"daemon.TestReapplyWithANewPriorityUpdatesTheRunInPlace"}},
+	"queue":       {Proof: []string{"daemon.TestQueuesShareAndReclaimThroughTheAPI"}},
+	"preemptible": {Proof: []string{"daemon.TestQueueWithOnlyAGPUQuotaAdmitsNonPreemptibleRuns"}},
+
+	"utilization_policy": {Subtree: true, Proof: []string{"daemon.TestUtilizationPolicyStopsARunWithIdleGPUs"}},
+	"schedule":           {Subtree: true, Proof: []string{"daemon.TestCronScheduleResubmitsAtEachTick"}},
+
+	// Tasks.
+	"task:nodes":            {Proof: []string{"daemon.TestSSHClusterRunsATwoNodeTaskWhoseNodesReachEachOther"}},
+	"task:startup_order":    {Proof: []string{"daemon.TestStartupOrderStartsTheFirstNodesFirst"}},
+	"task:stop_criteria":    {Proof: []string{"daemon.TestStopCriteriaMasterDoneStopsTheWorkers"}},
+	"task:ports":            {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
+	"task:groups":           {Proof: []string{"daemon.TestTaskGroupsRunTheirOwnCommands"}},
+	"task:groups.name":      {Proof: []string{"daemon.TestTaskGroupsRunTheirOwnCommands"}},
+	"task:groups.nodes":     {Proof: []string{"daemon.TestTaskGroupsRunTheirOwnCommands"}},
+	"task:groups.image":     {Proof: []string{"daemon.TestTaskGroupsRunTheirOwnCommands"}},
+	"task:groups.env":       {Proof: []string{"daemon.TestTaskGroupsRunTheirOwnCommands"}},
+	"task:groups.commands":  {Proof: []string{"daemon.TestTaskGroupsRunTheirOwnCommands"}},
+	"task:groups.resources": {Subtree: true, Proof: []string{"daemon.TestTaskGroupsRunTheirOwnCommands"}},
+	"task:groups.python": {All: &refusal{Why: "a group's own python is not applied yet",
+		Instead: "set python for the whole run, or give the group an image with that Python"}},
+	"task:groups.ports": {All: &refusal{Why: "a group's own ports are not published yet",
+		Instead: "list the ports under the task's ports"}},
+
+	// Dev environments.
+	"dev-environment:init":                {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity"}},
+	"dev-environment:ports":               {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity"}},
+	"dev-environment:inactivity_duration": {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity"}},
+	"dev-environment:ide": {All: &refusal{Why: "no IDE link or SSH access into dev environments yet",
+		Instead: "drop ide and reach the environment with `gpud attach RUN` (its ports are forwarded)"}},
+	"dev-environment:version": {All: &refusal{Why: "no IDE is installed into dev environments yet",
+		Instead: "drop version (and ide)"}},
+}

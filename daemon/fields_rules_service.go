@@ -1,0 +1,73 @@
+package daemon
+
+import "gpud.dev/gpud/api"
+
+// gatewayRefusal is why the gateway's fields wait: services are served by
+// the server's own proxy until the gateway lands.
+func gatewayRefusal(what string) *refusal {
+	return &refusal{Why: what + " needs a gateway, and gpud has none yet: services are reachable at /proxy/services/PROJECT/RUN/ on the server",
+		Instead: "drop it; the server's proxy serves the service, with the project's tokens as its auth"}
+}
+
+// serviceRules are a service's own fields. Those that need the gateway
+// (HTTPS, autoscaling, rate limits, probes, the model endpoint) are refused
+// until it lands.
+var serviceRules = fieldRules{
+	"service:commands":     {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"}},
+	"service:port":         {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"}, Note: serviceNote},
+	"service:strip_prefix": {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"}},
+	"service:auth":         {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"}},
+	"service:gateway": {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"},
+		Check: func(fc *fieldCheck, _ string) *refusal {
+			if g := fc.cfg.Service.Gateway; g != nil && g.Use {
+				return gatewayRefusal("a gateway")
+			}
+			return nil // gateway: false is what the server's proxy does
+		}},
+	"service:https":       {All: gatewayRefusal("https")},
+	"service:model":       {All: gatewayRefusal("the OpenAI-compatible model endpoint")},
+	"service:scaling":     {All: gatewayRefusal("autoscaling on request rate")},
+	"service:rate_limits": {All: gatewayRefusal("rate limiting")},
+	"service:probes":      {All: gatewayRefusal("readiness probes through the proxy")},
+	"service:replicas": {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"},
+		Check: func(fc *fieldCheck, _ string) *refusal {
+			r := fc.cfg.Service.Replicas
+			if len(r.Groups) == 0 && isRangeCount(r.Count) {
+				return &refusal{Why: "a range of replicas needs autoscaling, which needs a gateway, and gpud has none yet",
+					Instead: "use a fixed number of replicas, like `replicas: 2`"}
+			}
+			for _, g := range r.Groups {
+				if isRangeCount(g.Count) {
+					return &refusal{Why: "a range of replicas needs autoscaling, which needs a gateway, and gpud has none yet",
+						Instead: "give each group a fixed count"}
+				}
+			}
+			return nil
+		}},
+	"service:replicas.name":      {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
+	"service:replicas.count":     {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
+	"service:replicas.image":     {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
+	"service:replicas.env":       {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
+	"service:replicas.commands":  {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
+	"service:replicas.resources": {Subtree: true, Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
+	"service:replicas.python": {All: &refusal{Why: "a replica group's own python is not applied yet",
+		Instead: "set python for the whole service, or give the group an image with that Python"}},
+	"service:replicas.nvcc": {All: &refusal{Why: "a replica group's own nvcc is not applied yet",
+		Instead: "give the group an image with the CUDA compiler"}},
+	"service:replicas.docker":  {All: &refusal{Why: "Docker-in-Docker replica groups are not supported yet", Instead: "drop docker"}},
+	"service:replicas.scaling": {All: gatewayRefusal("autoscaling on request rate")},
+	"service:replicas.router":  {All: gatewayRefusal("a router replica group")},
+}
+
+func isRangeCount(r api.Range[int]) bool {
+	return r.Min == nil || r.Max == nil || *r.Min != *r.Max
+}
+
+// serviceNote tells, in the plan, where the service will be reachable.
+func serviceNote(fc *fieldCheck) string {
+	name := fc.cfg.Name()
+	if name == "" {
+		name = "RUN"
+	}
+	return "no gateway: the service is reachable at /proxy/services/" + fc.project + "/" + name + "/ on this server"
+}
