@@ -26,13 +26,16 @@ const (
 	AccessProjectManager Access = "project-manager"
 	// AccessProjectAdmin is an admin of {project}.
 	AccessProjectAdmin Access = "project-admin"
+	// AccessService is AccessProjectUser, except that a request without a
+	// token reaches a running service whose configuration says auth: false.
+	AccessService Access = "service"
 )
 
 // ProjectRole returns the project role an access level requires, or "" for
 // levels that are not project roles.
 func (a Access) ProjectRole() string {
 	switch a {
-	case AccessProjectUser:
+	case AccessProjectUser, AccessService:
 		return RoleUser
 	case AccessProjectManager:
 		return RoleManager
@@ -105,5 +108,5 @@ var Routes = []Route{
 	{"PUT", projectPrefix + "/secrets/{name}", AccessProjectManager, "SetSecretRequest", "Secret (without value; the value must not be empty)"},
 	{"DELETE", projectPrefix + "/secrets/{name}", AccessProjectManager, "-", "204"},
 	{"POST", "/api/v1/agents/heartbeat", AccessGlobalAdmin, "Heartbeat", "HeartbeatResponse"},
-	{"", "/proxy/services/{project}/{run}/{path...}", AccessProjectUser, "any", "the service's answer"},
+	{"", "/proxy/services/{project}/{run}/{path...}", AccessService, "any", "the service's answer"},
 }

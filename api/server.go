@@ -32,7 +32,8 @@ import (
 //
 // Logs: GET .../logs answers 200 with Content-Type application/x-ndjson and
 // one LogEntry per line, in the order each job wrote them, flushed as they
-// come. offset (per job, from LogEntry.Offset) resumes a stream. With
+// come. attempt (counted from 1; default the latest) reads an earlier
+// attempt of a retried run. offset (per job, from LogEntry.Offset) resumes a stream. With
 // follow=true the response stays open until every job of the run is
 // finished and its output delivered, then ends; the client reads the exit
 // code from GET .../runs/{run}.
@@ -247,6 +248,8 @@ type Job struct {
 	Name       string `json:"name"` // run name, "-<replica>-<node>"
 	ReplicaNum int    `json:"replica_num"`
 	NodeRank   int    `json:"node_rank"`
+	// Group is the task group's or service replica group's name, if any.
+	Group string `json:"group,omitempty"`
 	// Status is one of submitted provisioning pulling running terminating
 	// terminated aborted failed done.
 	Status     string `json:"status"`

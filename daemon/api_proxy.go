@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
 )
 
@@ -17,6 +18,53 @@ import (
 // responses are not buffered).
 func (s *runsAPI) handleServiceProxy(w http.ResponseWriter, r *http.Request) error {
 	run, err := s.authorizedRun(r)
+	if err != nil {
+		return err
+	}
+	return s.proxyService(w, r, run, false)
+}
+
+// openService serves a service whose configuration says auth: false to
+// anyone; every other request goes to authed (the token and role checks).
+// A caller without a token learns nothing more than before: an unknown
+// run, a task, or a service with auth gets the same 401.
+func (s *runsAPI) openService(authed http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		run, ok := s.openRun(r.PathValue("project"), r.PathValue("run"))
+		if !ok {
+			authed.ServeHTTP(w, r)
+			return
+		}
+		// The service's own Authorization header (an API key of the
+		// model server) goes through; a gpud token never reaches the
+		// service's code, whoever wrote it.
+		token, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		_, err := s.store.UserByToken(token)
+		keep := !(bearer && token != "" && err == nil)
+		s.route(func(w http.ResponseWriter, r *http.Request) error {
+			return s.proxyService(w, r, run, keep)
+		}).ServeHTTP(w, r)
+	})
+}
+
+// openRun finds the run named in a proxy path if it is an active service
+// with auth: false.
+func (s *runsAPI) openRun(project, name string) (store.Record, bool) {
+	run, err := s.findRun(project, name)
+	if err != nil || finishedRun(run.Status) {
+		return store.Record{}, false
+	}
+	rs, err := s.runSpec(run)
+	if err != nil || rs.Type != api.KindService || !rs.OpenService {
+		return store.Record{}, false
+	}
+	return run, true
+}
+
+// proxyService forwards r to a running replica of run. keepAuth passes
+// the Authorization header on: it is the service's own, not a gpud token.
+func (s *runsAPI) proxyService(w http.ResponseWriter, r *http.Request, run store.Record, keepAuth bool) error {
+	rs, err := s.runSpec(run)
 	if err != nil {
 		return err
 	}
@@ -49,8 +97,14 @@ func (s *runsAPI) handleServiceProxy(w http.ResponseWriter, r *http.Request) err
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: target})
 			pr.Out.URL.Path = "/" + strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, prefix), "/")
+			if rs.KeepPrefix {
+				// strip_prefix: false: the service sees the whole path.
+				pr.Out.URL.Path = r.URL.Path
+			}
 			pr.Out.URL.RawPath = ""
-			pr.Out.Header.Del("Authorization")
+			if !keepAuth {
+				pr.Out.Header.Del("Authorization") // the gpud token stays here
+			}
 			pr.SetXForwarded()
 		},
 		FlushInterval: -1,

@@ -66,7 +66,7 @@ func (s *runsAPI) readRunSubmission(w http.ResponseWriter, r *http.Request) (*su
 	}
 	sub, err := s.buildRun(project, c.name, req, cfg, verdict.targets)
 	if sub != nil {
-		sub.notes = verdict.notes
+		sub.notes = append(verdict.notes, placementNotes(cfg)...)
 	}
 	return sub, req, err
 }
@@ -355,7 +355,7 @@ func (s *runsAPI) runOut(run store.Record, jobs []store.Record) (api.Run, error)
 			out.WhyPending = js.WhyPending
 		}
 		out.Jobs = append(out.Jobs, api.Job{
-			ID: j.ID, Name: j.Name, ReplicaNum: js.ReplicaNum, NodeRank: js.NodeRank, Status: j.Status,
+			ID: j.ID, Name: j.Name, ReplicaNum: js.ReplicaNum, NodeRank: js.NodeRank, Group: js.Group, Status: j.Status,
 			Reason: j.Reason, WhyPending: js.WhyPending, Instance: j.Instance, GPUs: js.Devices,
 			ExitCode: js.ExitCode, Ports: js.Ports, SubmittedAt: js.SubmittedAt, StartedAt: js.StartedAt,
 			FinishedAt: js.FinishedAt,

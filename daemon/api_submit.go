@@ -77,7 +77,7 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 	}
 	now := s.now()
 	runID := newID()
-	st := runState{Type: cfg.Kind, Config: normalized, SubmittedAt: now, Preemptible: true, Targets: targets}
+	st := runState{Type: cfg.Kind, Config: normalized, SubmittedAt: now, Preemptible: true, Targets: targets, Place: placementOf(spec)}
 	if spec.Priority != nil {
 		st.Priority = priorityValue(*spec.Priority)
 		st.Preemptible = spec.Priority.Preemptible()
@@ -104,6 +104,9 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 	if spec.UtilizationPolicy != nil && !spec.UtilizationPolicy.TimeWindow.Off {
 		st.MinGPUUtil, st.UtilWindow = spec.UtilizationPolicy.MinGPUUtilization, spec.UtilizationPolicy.TimeWindow.Value
 	}
+	if sv := cfg.Service; sv != nil {
+		st.OpenService, st.KeepPrefix = !sv.Auth, !sv.StripPrefix
+	}
 	if d := cfg.DevEnvironment; d != nil && d.InactivityDuration != nil && !d.InactivityDuration.Off {
 		st.Inactivity = d.InactivityDuration.Value
 	}
@@ -126,10 +129,16 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 	if cfg.Task != nil && cfg.Task.Nodes.Min != nil && cfg.Task.Elastic() {
 		st.MinNodes = *cfg.Task.Nodes.Min
 	}
+	// A service's replicas are one-node jobs each (rank 0 of 1, as on
+	// dstack); a task's nodes are one gang.
+	replicaNodes := len(nodes)
+	if cfg.Service != nil {
+		replicaNodes = 1
+	}
 	sub := &submission{}
 	for _, n := range nodes {
 		jobID := fmt.Sprintf("%s-%d-%d", runID, n.replica, n.rank)
-		resolve := resolver(req.Env, secrets, name, project, n, len(nodes))
+		resolve := resolver(req.Env, secrets, name, project, n, replicaNodes)
 		env := map[string]string{}
 		for _, e := range n.env {
 			v := e.Value
@@ -156,6 +165,7 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 				return nil, badField(fmt.Sprintf("configuration.commands[%d]", i), "%v", err)
 			}
 		}
+		commands, shown = dindCommands(spec, n.image, commands), dindCommands(spec, n.image, shown)
 		var sealedCommands []string
 		if !slices.Equal(commands, shown) {
 			sealedCommands = commands
@@ -165,6 +175,9 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 			WorkingDir: spec.WorkingDir, User: spec.User, Privileged: spec.Privileged,
 			ShmSize: api.Size(n.res.SHMSize), StopDuration: st.StopDuration,
 			Labels: map[string]string{"dev.gpud.project": project, "dev.gpud.run": name},
+		}
+		if err := s.applyContainerFields(&js, spec, n.image); err != nil {
+			return nil, err
 		}
 		if n.res.Memory.Max != nil {
 			js.Memory = *n.res.Memory.Max
@@ -180,13 +193,16 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 			}
 			js.RegistryAuth = &api.JobRegistryAuth{Username: u, Password: p}
 		}
-		js.Cluster = api.JobCluster{NodeRank: n.rank, NodesNum: len(nodes)}
+		js.Cluster = api.JobCluster{NodeRank: n.rank, NodesNum: replicaNodes}
 		sealed, err := json.Marshal(sealedJob{Env: env, RegistryAuth: js.RegistryAuth, Commands: sealedCommands})
 		if err != nil {
 			return nil, fmt.Errorf("seal job %s: %w", jobID, err)
 		}
 		js.RegistryAuth = nil
-		jst := jobRecordSpec{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: len(nodes), Request: requestOf(n.res), Spec: js, SubmittedAt: now, NotBefore: notBefore}
+		if n.group != "" {
+			js.Labels["dev.gpud.group"] = n.group
+		}
+		jst := jobRecordSpec{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: replicaNodes, Group: n.group, Request: requestOf(n.res), Spec: js, SubmittedAt: now, NotBefore: notBefore}
 		sub.jobs = append(sub.jobs, store.Record{
 			Kind: store.KindJob, ID: jobID, Project: project, Run: runID, Name: fmt.Sprintf("%s-%d-%d", name, n.replica, n.rank),
 			Status: store.JobSubmitted, Queue: queueID(project, queue), User: user, Reason: "submitted",
@@ -223,6 +239,7 @@ func withoutSecrets(resolve func(api.Reference) (string, error)) func(api.Refere
 // nodeLayout is one job of a run before it becomes a record.
 type nodeLayout struct {
 	replica, rank int
+	group         string // the task group or replica group's name
 	image         string
 	commands      []string
 	env           api.Env
@@ -248,7 +265,7 @@ func jobLayout(cfg *api.Config) []nodeLayout {
 				if g.Image != "" {
 					n.image = g.Image
 				}
-				n.commands = g.Commands
+				n.commands, n.group = g.Commands, g.Name
 				n.env = append(append(api.Env{}, spec.Env...), g.Env...)
 				if g.Resources != nil {
 					n.res = *g.Resources
@@ -270,6 +287,28 @@ func jobLayout(cfg *api.Config) []nodeLayout {
 		sv := cfg.Service
 		base.commands = sv.Commands
 		base.ports = []api.PortMapping{sv.Port}
+		if len(sv.Replicas.Groups) > 0 {
+			// Replica groups (a router, prefill and decode workers): each
+			// replica runs its group's commands, image, env and resources.
+			replica := 0
+			for _, g := range sv.Replicas.Groups {
+				n := base
+				n.group, n.commands = g.Name, g.Commands
+				if g.Image != "" {
+					n.image = g.Image
+				}
+				n.env = append(append(api.Env{}, spec.Env...), g.Env...)
+				if g.Resources != nil {
+					n.res = *g.Resources
+				}
+				for range rangeMin(g.Count) {
+					n.replica = replica
+					out = append(out, n)
+					replica++
+				}
+			}
+			return out
+		}
 		for i := range max(rangeMin(sv.Replicas.Count), 1) {
 			n := base
 			n.replica = i
@@ -308,12 +347,8 @@ func requestOf(res api.Resources) taskRequest {
 	case g.Count.Min != nil:
 		t.GPU = int64(*g.Count.Min) * 1000
 	}
-	if len(g.Names) > 0 {
-		t.GPUName = g.Names[0]
-	}
-	if g.Memory.Min != nil {
-		t.GPUMemory = int64(*g.Memory.Min)
-	}
+	t.GPUName, t.GPUMemory, t.GPUMemoryMax = gpuMatch(g)
+	t.Needs = needsOf(res)
 	return t
 }
 

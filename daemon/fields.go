@@ -96,6 +96,14 @@ func runKind(k api.Kind) bool {
 // k: its own, or a parent's that covers it (Subtree or All). ok is false
 // when no rule covers the field.
 func ruleFor(k api.Kind, path string) (r fieldRule, at string, ok bool) {
+	// A task group's or replica group's resources follow the run's rules:
+	// they reach the scheduler the same way.
+	for _, group := range []string{"groups.resources", "replicas.resources"} {
+		if rest, found := strings.CutPrefix(path, group); found && (rest == "" || rest[0] == '.') {
+			r, at, ok := ruleFor(k, "resources"+rest)
+			return r, at, ok
+		}
+	}
 	own := true
 	for p := path; p != ""; p = parentPath(p) {
 		for _, key := range []string{string(k) + ":" + p, p} {

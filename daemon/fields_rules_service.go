@@ -44,12 +44,11 @@ var serviceRules = fieldRules{
 			}
 			return nil
 		}},
-	"service:replicas.name":      {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
-	"service:replicas.count":     {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
-	"service:replicas.image":     {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
-	"service:replicas.env":       {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
-	"service:replicas.commands":  {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
-	"service:replicas.resources": {Subtree: true, Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
+	"service:replicas.name":     {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
+	"service:replicas.count":    {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
+	"service:replicas.image":    {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
+	"service:replicas.env":      {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
+	"service:replicas.commands": {Proof: []string{"daemon.TestServiceReplicaGroupsRunTheirOwnCommands"}},
 	"service:replicas.python": {All: &refusal{Why: "a replica group's own python is not applied yet",
 		Instead: "set python for the whole service, or give the group an image with that Python"}},
 	"service:replicas.nvcc": {All: &refusal{Why: "a replica group's own nvcc is not applied yet",

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) == 4 && os.Args[1] == "agent" && os.Args[2] == "shim" {
 		os.Exit(process.RunShim(os.Args[3]))
 	}
+	if len(os.Args) == 3 && os.Args[1] == echoServeArg {
+		os.Exit(echoServe(os.Args[2]))
+	}
 	if dir := os.Getenv(envServeDir); dir != "" {
 		os.Exit(serveForTest(dir, os.Getenv(envServeListen)))
 	}

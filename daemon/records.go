@@ -32,8 +32,11 @@ type runState struct {
 	// Stop is set by a stop request; Abort skips the grace period.
 	Stop  bool `json:"stop,omitempty"`
 	Abort bool `json:"abort,omitempty"`
-	// RetryAt is when a run waiting to be retried is resubmitted.
-	RetryAt      time.Time     `json:"retry_at,omitzero"`
+	// RetryAt is when the attempt a retry created starts (its jobs' NotBefore).
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Retries counts the retries of the current failure series: the
+	// next one waits retryBackoff().Delay(Retries+1).
+	Retries      int           `json:"retries,omitempty"`
 	RetryEvents  []string      `json:"retry_events,omitempty"`
 	RetryFor     time.Duration `json:"retry_for,omitempty"` // 0: retry forever while events match
 	MaxDuration  time.Duration `json:"max_duration,omitempty"`
@@ -61,6 +64,12 @@ type runState struct {
 	// Targets are the runtimes and host kinds that honour every field the
 	// run sets (fields.go); empty: any.
 	Targets runTargets `json:"targets,omitzero"`
+	// Place is where the run's placement fields let it go (placement.go).
+	Place runPlacement `json:"place,omitzero"`
+	// OpenService is a service with auth: false (its proxy needs no
+	// token); KeepPrefix one with strip_prefix: false.
+	OpenService bool `json:"open_service,omitempty"`
+	KeepPrefix  bool `json:"keep_prefix,omitempty"`
 }
 
 // jobRecordSpec is what the server keeps in a job record's Spec: the
@@ -71,7 +80,9 @@ type jobRecordSpec struct {
 	ReplicaNum int `json:"replica_num"`
 	NodeRank   int `json:"node_rank"`
 	NodesNum   int `json:"nodes_num"`
-	Attempt    int `json:"attempt"`
+	// Group is the task group's or service replica group's name, if any.
+	Group   string `json:"group,omitempty"`
+	Attempt int    `json:"attempt"`
 	// Request is what the scheduler places.
 	Request taskRequest `json:"request"`
 	// Spec is the agent job spec without its environment, which is sealed
@@ -106,6 +117,10 @@ type taskRequest struct {
 	GPUMemory int64  `json:"gpu_memory,omitempty"`
 	CPU       int64  `json:"cpu"` // milli-cores
 	Memory    int64  `json:"memory"`
+	// GPUMemoryMax bounds device memory (0: none); Needs are the host
+	// facts the job asks for (placement.go).
+	GPUMemoryMax int64     `json:"gpu_memory_max,omitempty"`
+	Needs        hostNeeds `json:"needs,omitzero"`
 }
 
 // instanceState is what the server keeps in an instance record's Spec.

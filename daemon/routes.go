@@ -68,6 +68,10 @@ func (s *Server) routes() (http.Handler, error) {
 			mux.Handle(rt.Pattern(), s.route(h))
 			continue
 		}
+		if rt.Access == api.AccessService {
+			mux.Handle(rt.Pattern(), s.runsAPI.openService(s.authenticate(s.route(s.gate(rt.Access, h)))))
+			continue
+		}
 		mux.Handle(rt.Pattern(), s.authenticate(s.route(s.gate(rt.Access, h))))
 	}
 	if len(handlers) > 0 {
