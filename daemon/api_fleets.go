@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
-	"strings"
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
@@ -283,7 +282,7 @@ func (s *fleetsAPI) offers(project string, req taskRequest) []api.Offer {
 			if free.GPUs*1000 < float64(req.GPU) || free.CPUs*1000 < float64(req.CPU) || int64(free.Memory) < req.Memory {
 				continue
 			}
-			if req.GPUName != "" && !strings.EqualFold(gpuModel(req.GPUName), free.GPUName) {
+			if req.GPUName != "" && !gpuNameMatches(free.GPUName, req.GPUName) {
 				continue
 			}
 			out = append(out, api.Offer{Backend: io.Backend, Fleet: f.Name, Instance: inst.Name, Resources: free, Available: "idle"})

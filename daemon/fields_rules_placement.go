@@ -2,34 +2,48 @@ package daemon
 
 // placementRules are the fields that choose where a run may go: fleets
 // and instances, the profile's placement filters, and the resources the
-// scheduler matches against what hosts report.
+// scheduler matches against what hosts report (placement.go,
+// placement_check.go).
 var placementRules = fieldRules{
 	"resources.cpu":                    {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
 	"resources.cpu.count":              {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
-	"resources.cpu.arch":               {All: &refusal{Why: "the CPU architecture is not matched yet", Instead: "drop arch"}},
-	"resources.gpu":                    {Proof: []string{"daemon.TestQueueWithOnlyAGPUQuotaAdmitsNonPreemptibleRuns"}},
-	"resources.gpu.count":              {Proof: []string{"daemon.TestQueueWithOnlyAGPUQuotaAdmitsNonPreemptibleRuns"}},
-	"resources.gpu.name":               {Proof: []string{"daemon.TestQueueWithOnlyAGPUQuotaAdmitsNonPreemptibleRuns"}},
-	"resources.gpu.vendor":             {Proof: []string{"daemon.TestQueueWithOnlyAGPUQuotaAdmitsNonPreemptibleRuns"}},
-	"resources.gpu.memory":             {Proof: []string{"daemon.TestQueueWithOnlyAGPUQuotaAdmitsNonPreemptibleRuns"}},
-	"resources.gpu.total_memory":       {All: &refusal{Why: "total GPU memory is not matched yet", Instead: "use gpu memory per device"}},
-	"resources.gpu.compute_capability": {All: &refusal{Why: "compute capability is not matched yet", Instead: "name the GPU models instead"}},
-	"resources.gpu.fraction":           {Proof: []string{"daemon.TestQueueWithOnlyAGPUQuotaAdmitsNonPreemptibleRuns"}},
-	"resources.gpu.memory_share":       {Proof: []string{"daemon.TestQueueWithOnlyAGPUQuotaAdmitsNonPreemptibleRuns"}},
-	// Placeholder until the placement work matches disk against DiskFree
-	// (existing tests set disk: 1GB..): the placement engineer replaces it.
-	"resources.disk": {Subtree: true, Proof: []string{"daemon.TestQueueWithOnlyAGPUQuotaAdmitsNonPreemptibleRuns"}},
+	"resources.cpu.arch":               {Proof: []string{"daemon.TestPlacementResourcesMatchWhatHostsReport"}},
+	"resources.gpu":                    {Proof: []string{"daemon.TestPlacementGPUCountAndSharesReachTheJob"}},
+	"resources.gpu.count":              {Proof: []string{"daemon.TestPlacementGPUCountAndSharesReachTheJob"}},
+	"resources.gpu.name":               {Proof: []string{"daemon.TestPlacementGPUModelsVendorAndMemoryChooseTheHost"}},
+	"resources.gpu.vendor":             {Proof: []string{"daemon.TestPlacementGPUModelsVendorAndMemoryChooseTheHost"}, Check: checkVendor},
+	"resources.gpu.memory":             {Proof: []string{"daemon.TestPlacementGPUModelsVendorAndMemoryChooseTheHost"}},
+	"resources.gpu.total_memory":       {Proof: []string{"daemon.TestPlacementGPUModelsVendorAndMemoryChooseTheHost"}, Check: checkTotalMemory},
+	"resources.gpu.compute_capability": {Proof: []string{"daemon.TestPlacementGPUModelsVendorAndMemoryChooseTheHost"}, Check: checkComputeCapability},
+	"resources.gpu.fraction":           {Proof: []string{"daemon.TestPlacementGPUCountAndSharesReachTheJob"}},
+	"resources.gpu.memory_share": {All: &refusal{
+		Why:     "a share by memory is not turned into a share of a device yet: the job would get no device",
+		Instead: "use fraction (like fraction: 0.25) for a share of one device",
+	}},
+	"resources.disk": {Subtree: true, Proof: []string{"daemon.TestPlacementResourcesMatchWhatHostsReport"}, Note: noteDisk},
 
-	"fleets":             {All: &refusal{Why: "fleets is not applied yet", Instead: "drop fleets"}},
-	"instances":          {All: &refusal{Why: "instances is not applied yet", Instead: "drop instances"}},
-	"backends":           {All: &refusal{Why: "backends is not matched yet", Instead: "drop backends"}},
-	"regions":            {All: &refusal{Why: "no host reports a region", Instead: "drop regions"}},
-	"availability_zones": {All: &refusal{Why: "no host reports an availability zone", Instead: "drop availability_zones"}},
-	"instance_types":     {All: &refusal{Why: "no host reports an instance type", Instead: "drop instance_types"}},
-	"reservation":        {All: &refusal{Why: "no host belongs to a reservation", Instead: "drop reservation"}},
-	"spot_policy":        {All: &refusal{Why: "spot_policy is not matched yet", Instead: "drop spot_policy"}},
-	"max_price":          {All: &refusal{Why: "max_price is not matched yet", Instead: "drop max_price"}},
-	"creation_policy":    {All: &refusal{Why: "creation_policy is not applied yet", Instead: "drop creation_policy"}},
-	"idle_duration":      {All: &refusal{Why: "gpud creates no instances for runs, so none idles", Instead: "drop idle_duration"}},
-	"tags":               {All: &refusal{Why: "tags label cloud resources, and gpud creates none", Instead: "drop tags"}},
+	"fleets":    {Proof: []string{"daemon.TestPlacementFleetsAndInstancesChooseTheHost"}, Check: checkFleets},
+	"instances": {Subtree: true, Proof: []string{"daemon.TestPlacementFleetsAndInstancesChooseTheHost"}, Check: checkInstances},
+	"backends":  {Proof: []string{"daemon.TestPlacementProfileFiltersAgainstOwnedHosts"}, Check: checkBackends, Note: noteBackends},
+	"regions": {All: &refusal{
+		Why:     "no host reports a region: gpud's hosts are the server's own, SSH and registered hosts, and regions choose among cloud offers, which need a backend plugin",
+		Instead: "drop regions; pick hosts with fleets or instances",
+	}},
+	"availability_zones": {All: &refusal{
+		Why:     "no host reports an availability zone: gpud's hosts are the server's own, SSH and registered hosts, and zones choose among cloud offers, which need a backend plugin",
+		Instead: "drop availability_zones; pick hosts with fleets or instances",
+	}},
+	"instance_types": {All: &refusal{
+		Why:     "no host reports an instance type: instance types name cloud offers, and gpud has no cloud backend until backend plugins land",
+		Instead: "drop instance_types; ask for the hardware in resources (gpu: H100:8), or pick hosts with instances",
+	}},
+	"reservation": {All: &refusal{
+		Why:     "no host belongs to a cloud reservation: gpud has no cloud backend until backend plugins land",
+		Instead: "drop reservation; pick reserved hosts with fleets or instances",
+	}},
+	"spot_policy":     {Proof: []string{"daemon.TestPlacementProfileFiltersAgainstOwnedHosts"}, Check: checkSpot},
+	"max_price":       {Proof: []string{"daemon.TestPlacementProfileFiltersAgainstOwnedHosts"}, Check: checkMaxPrice, Note: noteMaxPrice},
+	"creation_policy": {Proof: []string{"daemon.TestPlacementProfileFiltersAgainstOwnedHosts"}},
+	"idle_duration":   {Proof: []string{"daemon.TestPlacementProfileFiltersAgainstOwnedHosts"}, Note: noteIdleDuration},
+	"tags":            {All: &refusal{Why: "tags label cloud resources, and gpud creates none", Instead: "drop tags"}},
 }

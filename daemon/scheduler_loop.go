@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -149,7 +150,7 @@ const projectLabel = "project"
 // shared fleets': a host registered to another project never receives
 // them, nor the secrets resolved into them.
 func projectNodes(project string) sched.NodeSelector {
-	return sched.NodeSelector{Key: projectLabel, Values: []string{"", project}}
+	return sched.NodeSelector{Key: projectLabel, Values: []string{"", project}, Name: "project " + strconv.Quote(project) + " (its fleets or shared ones)"}
 }
 
 // activeJob reports whether a job holds or waits for capacity.
@@ -186,6 +187,7 @@ func (s *scheduler) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 		}
 		snap.Nodes = append(snap.Nodes, node)
 	}
+	pl := newPlacer(s.Server, snap.Nodes)
 	var corruptQueue map[string]bool
 	snap.Queues, corruptQueue = s.schedQueues()
 	snap.Topologies = append(snap.Topologies, fleetTopology())
@@ -247,10 +249,14 @@ runs:
 			sj := sched.Job{Name: name, Queue: run.Queue, Priority: rs.Priority, Preemptible: rs.Preemptible, MinMembers: min(max(rs.MinNodes, 1), len(g)),
 				Nodes: projectNodes(run.Project)}
 			sj.Nodes.And = rs.Targets.selector()
+			if sel, ok := pl.selector(run.Project, rs.Place, groupNeeds(specs, g)); ok {
+				sj.Nodes.And = append(sj.Nodes.And, sel)
+			}
 			sj.Topology = gangTopology(rs.Type, len(g))
 			for _, j := range g {
 				js := specs[j.ID]
-				t := sched.Task{GPU: js.Request.GPU, GPUName: gpuModel(js.Request.GPUName), GPUMemory: js.Request.GPUMemory, CPU: js.Request.CPU, Memory: js.Request.Memory}
+				t := sched.Task{GPU: js.Request.GPU, GPUName: gpuModels(js.Request.GPUName), GPUMemory: js.Request.GPUMemory,
+					GPUMemoryMax: js.Request.GPUMemoryMax, CPU: js.Request.CPU, Memory: js.Request.Memory}
 				switch {
 				case j.Status == store.JobTerminating:
 					t.Status, t.Node, t.Devices = sched.Releasing, j.Instance, slices.Clone(js.Devices)

@@ -215,7 +215,7 @@ func (c *cycle) shapeKey(j int, tasks []int) string {
 		x := &js.job.Tasks[t]
 		b.WriteByte(';')
 		b.WriteString(strconv.FormatInt(x.GPU, 36) + "," + x.GPUName + "," + x.MIG + "," +
-			strconv.FormatInt(x.GPUMemory, 36) + "," + strconv.FormatInt(x.CPU, 36) + "," + strconv.FormatInt(x.Memory, 36))
+			strconv.FormatInt(x.GPUMemory, 36) + "," + strconv.FormatInt(x.GPUMemoryMax, 36) + "," + strconv.FormatInt(x.CPU, 36) + "," + strconv.FormatInt(x.Memory, 36))
 	}
 	return b.String()
 }

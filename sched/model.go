@@ -110,12 +110,15 @@ func (s TaskStatus) String() string {
 // holds them on one node.
 type Task struct {
 	GPU       int64  // milli-GPUs: under OneGPU shares a device, else a multiple of OneGPU
-	GPUName   string // empty: any model
+	GPUName   string // empty: any model; several are separated by commas ("A100,H100"): any of them
 	GPUMemory int64  // minimum device memory in bytes; 0: any
 	MIG       string // MIG profile wanted; empty: whole GPUs or fractions of them
 	MPS       bool   // passed through to the placement for the runtime
 	CPU       int64  // milli-cores
 	Memory    int64  // bytes
+
+	// GPUMemoryMax is the maximum device memory in bytes; 0: no maximum.
+	GPUMemoryMax int64
 
 	Status  TaskStatus
 	Node    string        // when running or releasing
@@ -160,6 +163,9 @@ type NodeSelector struct {
 	Key    string
 	Values []string
 	And    []NodeSelector
+	// Name, when set, is how String (and so a pending job's reason)
+	// describes the nodes Key and Values select; it does not change which.
+	Name string
 }
 
 // IsZero reports whether s selects every node.
@@ -197,7 +203,10 @@ func (s NodeSelector) selects(n *Node) bool {
 // String describes the selected nodes: `project "a" or ""`, joined by "and".
 func (s NodeSelector) String() string {
 	var parts []string
-	if s.Key != "" {
+	switch {
+	case s.Key != "" && s.Name != "":
+		parts = append(parts, s.Name)
+	case s.Key != "":
 		parts = append(parts, s.Key+" "+strings.Join(quoteAll(s.Values), " or "))
 	}
 	for _, a := range s.And {

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"strconv"
+	"strings"
 )
 
 // mode says which capacity a placement may use.
@@ -18,22 +19,35 @@ func (c *cycle) matchingClasses(t *Task) []int {
 	if t.GPU == 0 {
 		return nil
 	}
-	key := t.GPUName + "\x00" + t.MIG + "\x00" + strconv.FormatInt(t.GPUMemory, 10)
+	key := t.GPUName + "\x00" + t.MIG + "\x00" + strconv.FormatInt(t.GPUMemory, 10) + "\x00" + strconv.FormatInt(t.GPUMemoryMax, 10)
 	if m, ok := c.matchCache[key]; ok {
 		return m
 	}
 	m := []int{}
 	for i, cl := range c.classes {
-		if cl.mig != t.MIG || cl.memory < t.GPUMemory {
+		if cl.mig != t.MIG || cl.memory < t.GPUMemory || t.GPUMemoryMax > 0 && cl.memory > t.GPUMemoryMax {
 			continue
 		}
-		if t.GPUName != "" && !equalFold(cl.name, t.GPUName) {
+		if t.GPUName != "" && !nameMatches(cl.name, t.GPUName) {
 			continue
 		}
 		m = append(m, i)
 	}
 	c.matchCache[key] = m
 	return m
+}
+
+// nameMatches reports whether a device model is one of names (one model,
+// or several separated by commas), ignoring case.
+func nameMatches(model, names string) bool {
+	for names != "" {
+		name, rest, _ := strings.Cut(names, ",")
+		if equalFold(model, name) {
+			return true
+		}
+		names = rest
+	}
+	return false
 }
 
 func equalFold(a, b string) bool {

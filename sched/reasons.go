@@ -40,11 +40,14 @@ func gpuKind(t *Task) string {
 		return strings.TrimSpace(t.GPUName+" "+t.MIG) + " MIG instances"
 	}
 	var parts []string
-	if t.GPUMemory > 0 {
+	switch {
+	case t.GPUMemoryMax > 0:
+		parts = append(parts, sizeText(t.GPUMemory)+".."+sizeText(t.GPUMemoryMax))
+	case t.GPUMemory > 0:
 		parts = append(parts, sizeText(t.GPUMemory))
 	}
 	if t.GPUName != "" {
-		parts = append(parts, t.GPUName)
+		parts = append(parts, strings.ReplaceAll(t.GPUName, ",", " or "))
 	}
 	parts = append(parts, "GPUs")
 	return strings.Join(parts, " ")
@@ -65,7 +68,7 @@ func taskShape(t *Task) string {
 	}
 	name := "GPU"
 	if t.GPUName != "" {
-		name = t.GPUName
+		name = strings.ReplaceAll(t.GPUName, ",", " or ")
 	}
 	if t.MIG != "" {
 		name += " " + t.MIG
