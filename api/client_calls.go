@@ -114,6 +114,10 @@ type LogOptions struct {
 	Follow bool
 	// Job limits the output to one job id; empty means every job.
 	Job string
+	// Attempt reads one attempt of the run, counted from 1 (a retry is a
+	// new attempt with new jobs; earlier attempts' output is kept); 0
+	// means the latest.
+	Attempt int
 }
 
 // RunLogs calls each with every line of the run's output, in the order
@@ -139,6 +143,9 @@ func (c *Client) RunLogs(ctx context.Context, project, run string, opts LogOptio
 		q := url.Values{}
 		if opts.Follow {
 			q.Set("follow", "true")
+		}
+		if opts.Attempt > 0 {
+			q.Set("attempt", strconv.Itoa(opts.Attempt))
 		}
 		if opts.Job != "" {
 			q.Set("job", opts.Job)

@@ -39,7 +39,7 @@ func (s *runSession) follow(ctx context.Context, name string) error {
 
 	logsDone := make(chan error, 1)
 	go func() {
-		logsDone <- s.client.RunLogs(logCtx, s.project, name, api.LogOptions{Follow: true}, func(e api.LogEntry) error {
+		logsDone <- s.followAttempts(logCtx, name, func(e api.LogEntry) error {
 			endStatus()
 			writeLogLine(s.out, s.errw, e)
 			return nil

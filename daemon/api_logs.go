@@ -29,7 +29,7 @@ func (s *runsAPI) handleLogs(w http.ResponseWriter, r *http.Request) error {
 			return badField("offset", "%q: want a byte offset from a previous LogEntry", v)
 		}
 	}
-	ids, err := s.logJobs(run, q.Get("job"))
+	ids, err := s.logJobs(run, q.Get("job"), q.Get("attempt"))
 	if err != nil {
 		return err
 	}
@@ -48,15 +48,25 @@ func (s *runsAPI) handleLogs(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// logJobs returns the ids of the run's jobs whose logs a request reads:
-// the one named by job (an id or a name), or those of the run's current
-// attempt, in id order.
-func (s *runsAPI) logJobs(run store.Record, job string) ([]string, error) {
+// logJobs returns the ids of the run's jobs whose logs a request reads,
+// in id order: those of one attempt (attempt, counted from 1; empty: the
+// latest), or of them the one named by job. A job id names one job of any
+// attempt; a job name ("run-0-0") is the same in every attempt, so it is
+// read in the attempt chosen. Earlier attempts' jobs and logs are kept.
+func (s *runsAPI) logJobs(run store.Record, job, attempt string) ([]string, error) {
 	jobs := s.store.Jobs().ByRun(run.ID)
 	sort.Slice(jobs, func(i, j int) bool { return jobs[i].ID < jobs[j].ID })
 	st, err := decodeSpec[runState](run)
 	if err != nil {
 		return nil, err
+	}
+	want := st.Attempt // the records count attempts from 0
+	if attempt != "" {
+		n, err := strconv.Atoi(attempt)
+		if err != nil || n < 1 || n > st.Attempt+1 {
+			return nil, badField("attempt", "%q: run %s has attempts 1 to %d", attempt, run.Name, st.Attempt+1)
+		}
+		want = n - 1
 	}
 	var ids []string
 	for _, j := range jobs {
@@ -67,7 +77,7 @@ func (s *runsAPI) logJobs(run store.Record, job string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if js.Attempt == st.Attempt || job != "" {
+		if js.Attempt == want || job == j.ID && attempt == "" {
 			ids = append(ids, j.ID)
 		}
 	}

@@ -115,7 +115,7 @@ func (s *dispatcher) runJob(ctx context.Context, id string) {
 		// (Options.Embedded), and a process-runtime host ignores images.
 		spec.Image = s.opts.DefaultImage
 	}
-	spec.Env, spec.RegistryAuth = sealed.Env, sealed.RegistryAuth
+	spec.Env, spec.RegistryAuth = withJobIdentity(sealed.Env, js), sealed.RegistryAuth
 	if sealed.Commands != nil {
 		spec.Commands = sealed.Commands
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"net"
+	"strconv"
 	"time"
 
 	"gpud.dev/gpud/api"
@@ -14,6 +15,8 @@ import (
 // dispatched every node of its attempt knows its host. The cluster part of
 // the job spec (DSTACK_*/GPUD_* on the host: rank, node count, master and
 // node addresses, MPI hostfile, GPUs per node) is filled from those hosts.
+// A service replica is a one-node job: rank 0 of 1, whatever the number of
+// replicas (as on dstack); GPUD_REPLICA_NUM tells the replicas apart.
 
 // fleetTopology has one level, the fleet label every node carries: a
 // multi-node gang is required to land within one fleet, whose hosts are
@@ -61,6 +64,28 @@ func (s *dispatcher) jobCluster(ctx context.Context, j store.Record, js jobRecor
 	}
 	c.NodesIPs, c.MasterNodeIP = ips, ips[0]
 	return c, nil
+}
+
+// Variables gpud sets in every job beside dstack's (dstack exports no
+// attempt or replica number): the attempt, counted from 1 as `gpud logs
+// --attempt` counts it, and the service replica (0 for tasks).
+const (
+	envRunAttempt = "GPUD_RUN_ATTEMPT"
+	envReplicaNum = "GPUD_REPLICA_NUM"
+)
+
+// withJobIdentity adds the job's attempt and replica number to its
+// environment, unless the configuration sets them itself.
+func withJobIdentity(env map[string]string, js jobRecordSpec) map[string]string {
+	if env == nil {
+		env = map[string]string{}
+	}
+	for k, v := range map[string]string{envRunAttempt: strconv.Itoa(js.Attempt + 1), envReplicaNum: strconv.Itoa(js.ReplicaNum)} {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 // instanceAddress is the address other hosts reach instance at: an SSH

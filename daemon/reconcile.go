@@ -189,15 +189,21 @@ func (s *reconciler) runTransition(run store.Record, now time.Time) ([]store.Mut
 		case evicted:
 			return s.requeue(run, st, jobs, "requeued: a job was taken back by the scheduler ("+jobs[0].Reason+")")
 		case interrupted != nil:
-			if s.shouldRetry(&st, "interruption", now) || (hostLost(interrupted.Reason) && s.shouldRetry(&st, "error", now)) {
-				return s.requeue(run, st, jobs, "retrying after an interruption: job "+interrupted.Name+" "+interrupted.Reason)
+			ev := "interruption"
+			if !st.hasEvent(ev) && hostLost(interrupted.Reason) {
+				ev = "error" // a lost host is an error too
 			}
-			status, reason = store.RunFailed, "interrupted: job "+interrupted.Name+" "+interrupted.Reason
+			at, ended, ok := planRetry(&st, ev, now)
+			if ok {
+				return s.retryAt(run, st, jobs, at, now, "an interruption (job "+interrupted.Name+" "+interrupted.Reason+")")
+			}
+			status, reason = store.RunFailed, failedReason("interrupted: job "+interrupted.Name+" "+interrupted.Reason, ended)
 		case failed != nil:
-			if s.shouldRetry(&st, "error", now) {
-				return s.requeue(run, st, jobs, "retrying after an error: "+failed.Reason)
+			at, ended, ok := planRetry(&st, "error", now)
+			if ok {
+				return s.retryAt(run, st, jobs, at, now, "an error (job "+failed.Name+" "+failed.Reason+")")
 			}
-			status, reason = store.RunFailed, "job "+failed.Name+" "+failed.Reason
+			status, reason = store.RunFailed, failedReason("job "+failed.Name+" "+failed.Reason, ended)
 		case counts[store.JobDone] == len(jobs):
 			status, reason = store.RunDone, "all jobs exited with code 0"
 		default:
@@ -236,6 +242,9 @@ func (s *reconciler) runTransition(run store.Record, now time.Time) ([]store.Mut
 		status, reason = store.RunProvisioning, "starting on its hosts"
 	case counts[store.JobSubmitted] == len(jobs) && len(jobs) > 0 && notBefore.After(s.clock().Now()):
 		status, reason = store.RunPending, "scheduled: next start at "+notBefore.Format(time.RFC3339)
+		if st.RetryAt.Equal(notBefore) {
+			reason = run.Reason // a retry's backoff: its reason names the attempt, its start and the failure
+		}
 		s.wakeAtTick(run.ID, notBefore)
 	case counts[store.JobSubmitted] > 0 && why != "":
 		if deadline, ok := noCapacityDeadline(st, jobs, specs); ok {
@@ -256,22 +265,6 @@ func (s *reconciler) runTransition(run store.Record, now time.Time) ([]store.Mut
 		muts = append(muts, s.event(run.Project, store.KindRun, run.ID, status, reason))
 	}
 	return muts, nil
-}
-
-// shouldRetry applies the run's retry policy to an event (error,
-// interruption, no-capacity) and counts the attempt.
-func (s *reconciler) shouldRetry(st *runState, ev string, now time.Time) bool {
-	match := false
-	for _, e := range st.RetryEvents {
-		match = match || e == ev
-	}
-	if !match {
-		return false
-	}
-	if st.FirstFailedAt.IsZero() {
-		st.FirstFailedAt = now
-	}
-	return st.RetryFor == 0 || now.Sub(st.FirstFailedAt) < st.RetryFor
 }
 
 // requeue starts a new attempt of the run: fresh jobs (status submitted)

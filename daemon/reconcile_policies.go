@@ -12,6 +12,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
 )
 
@@ -53,6 +54,60 @@ func (s *reconciler) wakeAtTick(id string, t time.Time) {
 
 // hasEvent reports whether the run retries on the event.
 func (st runState) hasEvent(ev string) bool { return slices.Contains(st.RetryEvents, ev) }
+
+// retryBackoff paces a run's retries after errors and interruptions with
+// gpud's one backoff: the first retry waits 1s, each next one twice as
+// long, at most 5 minutes (dstack waits 15s to 10m between resubmissions
+// of a pending run; a failing job is retried sooner here, then as slowly).
+func retryBackoff() api.Backoff { return api.Backoff{First: time.Second, Max: 5 * time.Minute} }
+
+// planRetry applies the run's retry policy to an attempt that ended at
+// now with the event ev (error, interruption). ok: the next attempt
+// starts at at, after the backoff, and st counts the retry. Not ok with a
+// reason: the policy matches but the next attempt would start after the
+// retry duration, counted from the first failure of the series; an
+// attempt that ran for at least the longest backoff before it failed
+// starts a new series, back at the first delay (so a service that fails
+// once a day is retried every time, as on dstack).
+func planRetry(st *runState, ev string, now time.Time) (at time.Time, ended string, ok bool) {
+	if !st.hasEvent(ev) {
+		return time.Time{}, "", false
+	}
+	b := retryBackoff()
+	if !st.StartedAt.IsZero() && now.Sub(st.StartedAt) >= b.Max {
+		st.FirstFailedAt, st.Retries = time.Time{}, 0
+	}
+	if st.FirstFailedAt.IsZero() {
+		st.FirstFailedAt = now
+	}
+	delay := b.Delay(st.Retries + 1)
+	at = now.Add(delay)
+	if end := st.FirstFailedAt.Add(st.RetryFor); st.RetryFor > 0 && at.After(end) {
+		return time.Time{}, fmt.Sprintf("not retried: attempt %d would start at %s (after a %s backoff), past the retry duration %s from the first failure at %s",
+			st.Attempt+2, at.UTC().Format(time.RFC3339), delay, st.RetryFor, st.FirstFailedAt.UTC().Format(time.RFC3339)), false
+	}
+	st.Retries++
+	st.RetryAt = at
+	return at, "", true
+}
+
+// retryAt starts the run's next attempt once its backoff has passed: the
+// attempt's jobs are created now, held back from the scheduler until at,
+// and the run waits pending with a reason naming the attempt, its start
+// and what failed (an event records it too).
+func (s *reconciler) retryAt(run store.Record, st runState, jobs []store.Record, at, now time.Time, why string) ([]store.Mutation, error) {
+	reason := fmt.Sprintf("retrying after %s: attempt %d starts at %s (backoff %s)", why, st.Attempt+2, at.UTC().Format(time.RFC3339), at.Sub(now))
+	return s.requeueWith(run, st, jobs, reason, at)
+}
+
+// failedReason is a failed run's reason, with why its retry policy did not
+// retry it when it matched.
+func failedReason(reason, ended string) string {
+	if ended == "" {
+		return reason
+	}
+	return reason + "; " + ended
+}
 
 // noCapacityDeadline is when a run whose jobs are all still unplaced fails
 // with no_capacity: retry on no-capacity with a duration, counted from the
@@ -112,7 +167,7 @@ func (s *reconciler) requeueAtTick(run store.Record, st runState, jobs []store.R
 		run.Status, run.Reason, run.Spec = store.RunFailed, err.Error(), encodeSpec(st)
 		return []store.Mutation{store.Update(run), s.event(run.Project, store.KindRun, run.ID, run.Status, run.Reason)}, nil
 	}
-	st.FirstFailedAt = time.Time{}
+	st.FirstFailedAt, st.Retries, st.RetryAt = time.Time{}, 0, time.Time{}
 	return s.requeueWith(run, st, jobs, fmt.Sprintf("scheduled: next start at %s (%s)", next.Format(time.RFC3339), why), next)
 }
 
