@@ -99,6 +99,9 @@ func (s *runsAPI) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
 		req0 = js.Request
 	}
 	plan.Offers = s.fleetsAPI.offers(project, req0)
+	if plan.Offers, err = s.placedOffers(project, sub.run, req0, plan.Offers); err != nil {
+		return err
+	}
 	if len(plan.Offers) == 0 {
 		plan.Message = "no idle instance fits one job now; the run waits in its queue until capacity frees up"
 	}

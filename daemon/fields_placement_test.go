@@ -210,8 +210,9 @@ func (ps *placementServer) pending(name, yaml, want string) {
 
 // TestPlacementFleetsAndInstancesChooseTheHost: `fleets` and `instances`
 // put the job on the host they name (the job's pwd is under that host's
-// work root), and a name that matches no fleet or host of the project is
-// refused at plan time, listing what exists.
+// work root) and the plan offers only those hosts; a name that matches no
+// fleet or host of the project is refused at plan time, listing what
+// exists.
 func TestPlacementFleetsAndInstancesChooseTheHost(t *testing.T) {
 	ps := startPlacementServer(t)
 	ps.submit(job("to-lab", "fleets: [lab]\n"+res()))
@@ -225,6 +226,11 @@ func TestPlacementFleetsAndInstancesChooseTheHost(t *testing.T) {
 	ps.expectHost("by-number", true)
 	ps.expectHost("by-name", false)
 
+	var plan api.RunPlan
+	ps.must(http.StatusOK, ps.admin, "POST", "/api/v1/projects/main/runs/plan", yamlApply(job("offers", "fleets: [lab]\n"+res())), &plan)
+	if len(plan.Offers) != 1 || plan.Offers[0].Instance != ps.lab {
+		t.Errorf("the plan of a run for fleet lab offers %+v, want only %s", plan.Offers, ps.lab)
+	}
 	ps.refused(job("nofleet", "fleets: [lab, gpu-farm]\n"), "fleets", `"gpu-farm"`, `"lab"`, `"local"`)
 	ps.refused(job("nohost", "instances:\n  - hostname: nowhere\n"), "instances", `hostname "nowhere"`, "lab-host")
 	ps.refused(job("nonum", "instances:\n  - fleet: lab\n    instance: 3\n"), "instances", "number 3")

@@ -427,3 +427,30 @@ func groupNeeds(specs map[string]jobRecordSpec, g []store.Record) []hostNeeds {
 	}
 	return out
 }
+
+// placedOffers keeps the offers a run's placement and its first job's
+// host needs and device memory range allow, so a plan never offers a host
+// the scheduler would not use.
+func (s *Server) placedOffers(project string, run store.Record, req taskRequest, offers []api.Offer) ([]api.Offer, error) {
+	rs, err := runSpecOf(run)
+	if err != nil {
+		return nil, err
+	}
+	nums := &instanceNumbers{s: s}
+	out := offers[:0]
+	for _, o := range offers {
+		inst, err := s.store.Instances().Get(o.Instance)
+		if err != nil {
+			continue
+		}
+		h, ok := s.placeHostOf(inst)
+		if !ok || !placementMatches(h, project, rs.Place, nums) || !needsMatch(h.info, req.Needs) {
+			continue
+		}
+		if m := int64(o.Resources.GPUMemory); req.GPU > 0 && (m < req.GPUMemory || req.GPUMemoryMax > 0 && m > req.GPUMemoryMax) {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
