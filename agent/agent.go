@@ -40,9 +40,12 @@ type Config struct {
 	// GPUs reads the host's accelerators; nil means none.
 	GPUs gpu.Source
 	// Docker describes the engine for host info.
-	Docker  api.DockerInfo
-	Version string
-	Logger  zerolog.Logger
+	Docker api.DockerInfo
+	// AllowPrivileged reports, in host info, that the runtime runs
+	// privileged jobs (RunPolicy.PrivilegedAllowed); the runtime enforces it.
+	AllowPrivileged bool
+	Version         string
+	Logger          zerolog.Logger
 }
 
 // Agent manages the jobs of one host: it starts them through the runtime,

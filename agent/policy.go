@@ -37,9 +37,20 @@ type RunPolicy struct {
 	// processes of ProcessUser beside it; and a job with privileged: true
 	// is refused (a privileged container is root on the host) unless
 	// AllowPrivileged.
-	ServerHost      bool
+	ServerHost bool
+	// AllowPrivileged is the host admin's opt-in to jobs with privileged:
+	// true (gpud serve --allow-privileged for the server's own host, gpud
+	// agent --allow-privileged for another): without it every agent but
+	// the embedded laptop mode's (InvokingUser) refuses them, as such a
+	// container is root on the host. The agent reports it
+	// (api.HostInfo.AllowPrivileged) so plans can refuse early.
 	AllowPrivileged bool
 }
+
+// PrivilegedAllowed reports whether the agent runs privileged jobs: the
+// admin allowed them, or the jobs are the invoking user's own commands on
+// their own machine.
+func (p RunPolicy) PrivilegedAllowed() bool { return p.AllowPrivileged || p.InvokingUser }
 
 // RunAsError is a refusal of the process runtime's user (ProcessRunAs):
 // the operator must choose other settings.
@@ -71,7 +82,11 @@ func OpenHostRuntime(ctx context.Context, o RuntimeOptions, p RunPolicy) (runtim
 		o.ProcessUser = user
 	}
 	if !p.ServerHost {
-		return OpenRuntime(ctx, o)
+		rt, info, err := OpenRuntime(ctx, o)
+		if err != nil || p.PrivilegedAllowed() {
+			return rt, info, err
+		}
+		return unprivileged{Runtime: rt, fix: "run it on a host whose admin started gpud agent --allow-privileged"}, info, nil
 	}
 	switch o.Kind {
 	case "", RuntimeAuto, RuntimeDocker, RuntimeMixed:
@@ -84,7 +99,7 @@ func OpenHostRuntime(ctx context.Context, o RuntimeOptions, p RunPolicy) (runtim
 	case err == nil && p.AllowPrivileged:
 		rt = d
 	case err == nil:
-		rt = unprivileged{d}
+		rt = unprivileged{Runtime: d, fix: "run it on another fleet's host, or have the admin start gpud serve --allow-privileged"}
 	case o.Kind == RuntimeDocker:
 		return nil, info, err
 	default:
@@ -101,16 +116,20 @@ func OpenHostRuntime(ctx context.Context, o RuntimeOptions, p RunPolicy) (runtim
 	return mixed.New(rt, proc), info, nil
 }
 
-// unprivileged refuses jobs with `privileged: true` on the server's own
-// host: a privileged container is root there (it can mount the host's
-// disks), that is, the server's privileges. RunPolicy.AllowPrivileged
-// (gpud serve --allow-privileged) is the admin's choice to allow them.
-type unprivileged struct{ runtime.Runtime }
+// unprivileged refuses jobs with `privileged: true`: a privileged
+// container is root on the host (it can mount the host's disks), on the
+// server's own host the server's privileges. RunPolicy.AllowPrivileged
+// (gpud serve or gpud agent --allow-privileged) is the admin's choice to
+// allow them.
+type unprivileged struct {
+	runtime.Runtime
+	fix string // what to do instead, for the error
+}
 
 // Start refuses a privileged job with the fix, else starts it.
 func (u unprivileged) Start(ctx context.Context, spec api.JobSpec, pulling func()) (runtime.Handle, error) {
 	if spec.Privileged {
-		return runtime.Handle{}, fmt.Errorf("job %s: privileged: true would be root on the server's own host; run it on another fleet's host, or have the admin start gpud serve --allow-privileged", spec.ID)
+		return runtime.Handle{}, fmt.Errorf("job %s: privileged: true would be root on this host, whose admin does not allow privileged jobs; %s", spec.ID, u.fix)
 	}
 	return u.Runtime.Start(ctx, spec, pulling)
 }

@@ -20,8 +20,17 @@ type JobSpec struct {
 	// RegistryAuth logs in to the image's registry for the pull; never logged.
 	RegistryAuth *JobRegistryAuth `json:"registry_auth,omitempty"`
 	// Commands run in order by Shell joined with " && ", as dstack does.
-	// Empty means the image's own entrypoint.
+	// Empty means the image's own entrypoint. With Entrypoint they are
+	// its arguments instead, one each, run by no shell.
 	Commands []string `json:"commands,omitempty"`
+	// Entrypoint replaces the image's entrypoint (dstack's `entrypoint`,
+	// split as a shell would); only the docker runtime honours it.
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	// Python is the Python version ("3.11") that `python` and `python3`
+	// must be: a job with an image gets it through the image the server
+	// chose; the process runtime puts the host's interpreter of that
+	// version first on PATH, and fails the job when the host has none.
+	Python string `json:"python,omitempty"`
 	// Shell runs Commands; default "/bin/sh".
 	Shell      string            `json:"shell,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
@@ -218,6 +227,15 @@ type HostInfo struct {
 	Runtime      string       `json:"runtime"` // the runtime jobs run in
 	AgentVersion string       `json:"agent_version,omitempty"`
 	Accelerators Accelerators `json:"accelerators"`
+	// Pythons are the Python versions ("3.11") of the python3.X
+	// interpreters on the agent's PATH, which process-runtime jobs with
+	// `python: "3.X"` use.
+	Pythons []string `json:"pythons,omitempty"`
+	// AllowPrivileged is the host admin's opt-in to privileged jobs
+	// (`gpud agent --allow-privileged`, `gpud serve --allow-privileged` for
+	// the server's own host): without it the agent refuses them, as a
+	// privileged container is root on the host.
+	AllowPrivileged bool `json:"allow_privileged,omitempty"`
 }
 
 // DockerInfo says whether the host's Docker engine is usable.

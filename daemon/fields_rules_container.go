@@ -1,21 +1,140 @@
 package daemon
 
+import (
+	"slices"
+	"strings"
+
+	"gpud.dev/gpud/api"
+)
+
 // containerRules are the fields that say what the job runs in and as
 // whom: its image, Python, user, working directory, entrypoint, shared
-// memory and privileges.
+// memory and privileges. container_image.go applies them to the JobSpec.
 var containerRules = fieldRules{
-	"image": {Proof: []string{"daemon.TestUserImagelessRunOnServeRunsInTheDefaultImageNotOnTheHost"},
+	"image": {Proof: []string{"daemon.TestImageRunsSeeTheirImagesFiles"},
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "the process runtime runs no images", Instead: "run on a host with Docker, or drop image"}}},
-	"registry_auth": {Subtree: true, Proof: []string{"daemon.TestUserImagelessRunOnServeRunsInTheDefaultImageNotOnTheHost"},
+	"registry_auth": {Subtree: true, Proof: []string{"daemon.TestRegistryAuthReachesThePullAndNoFileOrLog"},
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "the process runtime pulls no images", Instead: "run on a host with Docker, or drop registry_auth"}}},
-	"python": {All: &refusal{Why: "python does not choose an interpreter or image yet", Instead: "drop python, or set an image with that Python"}},
-	"nvcc":   {All: &refusal{Why: "nvcc does not choose an image with the CUDA compiler yet", Instead: "set an image with nvcc, like nvcr.io/nvidia/pytorch"}},
-	"docker": {All: &refusal{Why: "Docker-in-Docker runs are not supported yet", Instead: "drop docker"}},
+	"python": {Proof: []string{"daemon.TestPythonPicksTheServersImageForThatVersion", "daemon.TestPythonOnTheProcessRuntimeIsTheHostsInterpreter"},
+		Check: checkPython},
+	"nvcc": {Proof: []string{"daemon.TestNvccPicksTheServersDevelImage"}, Check: checkNvcc,
+		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "the process runtime has no image with the CUDA compiler", Instead: "run on a host with Docker, or install nvcc on the host and drop nvcc"}}},
+	"docker": {Proof: []string{"daemon.TestDockerInDockerRunsPrivilegedInTheServersDindImage"}, Check: checkDocker,
+		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "Docker-in-Docker needs a privileged container", Instead: "run on a host with Docker whose admin allows privileged jobs"}}},
 	"dstack": {All: &refusal{Why: "the gpud CLI is not mounted into jobs", Instead: "drop dstack"}},
-	"privileged": {Proof: []string{"daemon.TestPrivilegedRunsAreRefusedOnTheServersOwnHost"},
+	"privileged": {Proof: []string{"daemon.TestPrivilegedRunsOnlyWhereTheHostsAdminAllowsIt"}, Check: checkPrivileged,
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "a process job cannot be privileged", Instead: "run on a host with Docker whose admin allows privileged jobs"}}},
-	"user":               {All: &refusal{Why: "user is not applied yet", Instead: "drop user, or set USER in the image"}},
-	"entrypoint":         {All: &refusal{Why: "entrypoint is not applied yet", Instead: "drop entrypoint and start the program from commands"}},
-	"working_dir":        {All: &refusal{Why: "working_dir is not applied yet", Instead: "drop working_dir and `cd` in commands"}},
-	"resources.shm_size": {All: &refusal{Why: "shm_size is not applied yet", Instead: "drop shm_size"}},
+	"user": {Proof: []string{"daemon.TestDockerJobsRunAsTheirUserInTheirWorkingDirWithTheirShm"},
+		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "the process runtime runs every job as the user its admin chose", Instead: "run on a host with Docker, or drop user"}}},
+	"entrypoint": {Proof: []string{"daemon.TestEntrypointTakesTheCommandsAsItsArguments"}, Check: checkEntrypoint,
+		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "the process runtime runs commands in a shell, with no image entrypoint", Instead: "run on a host with Docker, or drop entrypoint and start the program from commands"}}},
+	"dev-environment:entrypoint": {All: &refusal{Why: "a dev environment runs its IDE and init, not an entrypoint (as on dstack)", Instead: "drop entrypoint and use init"}},
+	"working_dir": {Proof: []string{"daemon.TestDockerJobsRunAsTheirUserInTheirWorkingDirWithTheirShm", "daemon.TestProcessJobsWorkingDirIsMadeInsideTheirOwnDirectory"},
+		Check: checkWorkingDir},
+	"resources.shm_size": {Proof: []string{"daemon.TestDockerJobsRunAsTheirUserInTheirWorkingDirWithTheirShm"},
+		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "processes share the host's /dev/shm", Instead: "run on a host with Docker, or drop shm_size"}}},
+}
+
+// anyHost reports whether yes holds for a host the run may use (given
+// the runtime its jobs would run in there), or whether there is no host
+// yet: then nothing can be told at plan time, and the run waits for one.
+func (fc *fieldCheck) anyHost(yes func(h candidateHost, rt fieldTarget) bool) bool {
+	if len(fc.hosts) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(fc.hosts, func(h candidateHost) bool { return yes(h, runtimeOf(h.runtime, fc.image)) })
+}
+
+// checkPython refuses a Python version that no host the run may use can
+// give it: a Docker host can on a server (its image is the server's
+// Python image), a process-runtime host when its agent found python3.X
+// on its PATH.
+func checkPython(fc *fieldCheck, _ string) *refusal {
+	v := fc.run.Python
+	if fc.run.Docker {
+		return &refusal{Why: "docker: true runs in the Docker-in-Docker image, which brings its own Python", Instead: "drop python"}
+	}
+	if groupImage(fc) {
+		return &refusal{Why: "a group with an image of its own runs that image's Python", Instead: "drop python, or the groups' images"}
+	}
+	if fc.anyHost(func(h candidateHost, rt fieldTarget) bool {
+		if rt == targetDocker {
+			return !fc.srv.opts.Embedded // the embedded mode picks no image for it
+		}
+		return slices.Contains(h.info.Pythons, v)
+	}) {
+		return nil
+	}
+	return &refusal{Why: "no host this run may use has python" + v + " on its agent's PATH, and none runs Docker",
+		Instead: "install Python " + v + " on a host (its agent lists it at start), run on a host with Docker, or drop python"}
+}
+
+// checkNvcc refuses nvcc with a Python version when the server's nvcc
+// image has no place for one, and without one when it needs one.
+func checkNvcc(fc *fieldCheck, _ string) *refusal {
+	if groupImage(fc) {
+		return &refusal{Why: "a group with an image of its own runs that image, with or without nvcc", Instead: "drop nvcc, or the groups' images"}
+	}
+	if fc.srv.opts.Embedded {
+		return nil
+	}
+	if _, ok := expandPython(fc.srv.opts.NvccImage, fc.run.Python); ok {
+		return nil
+	}
+	if fc.run.Python != "" {
+		return &refusal{Why: "this server's nvcc image (" + fc.srv.opts.NvccImage + ") has one Python, not a choice of " + pythonPlaceholder,
+			Instead: "drop python, or have the admin set --nvcc-image with " + pythonPlaceholder}
+	}
+	return &refusal{Why: "this server's nvcc image (" + fc.srv.opts.NvccImage + ") needs a Python version", Instead: "set python too"}
+}
+
+// checkDocker refuses docker: true beside groups with images of their
+// own, which would not run in the Docker-in-Docker image, and where
+// privileged jobs are not allowed (checkPrivileged).
+func checkDocker(fc *fieldCheck, path string) *refusal {
+	if groupImage(fc) {
+		return &refusal{Why: "a group with an image of its own runs that image, not the Docker-in-Docker one", Instead: "drop docker, or the groups' images"}
+	}
+	return checkPrivileged(fc, path)
+}
+
+// checkPrivileged refuses privileged (and docker: true) when no host the
+// run may use allows privileged jobs: their agents refuse them unless the
+// host's admin started it with --allow-privileged.
+func checkPrivileged(fc *fieldCheck, _ string) *refusal {
+	if fc.anyHost(func(h candidateHost, rt fieldTarget) bool { return rt == targetDocker && h.info.AllowPrivileged }) {
+		return nil
+	}
+	return &refusal{Why: "a privileged container is root on its host, and no Docker host this run may use allows privileged jobs",
+		Instead: "run on a host whose admin started gpud agent --allow-privileged (gpud serve --allow-privileged for the server's own host), or drop it"}
+}
+
+// checkEntrypoint refuses an entrypoint that does not split into words.
+func checkEntrypoint(fc *fieldCheck, _ string) *refusal {
+	if _, err := splitCommandLine(fc.run.Entrypoint); err != nil {
+		return &refusal{Why: "entrypoint does not split into words as a shell would: " + err.Error(), Instead: "close its quotes"}
+	}
+	return nil
+}
+
+// checkWorkingDir refuses an absolute working_dir when every host the run
+// may use runs it as a process: a process job starts in a fresh directory
+// of its own, and a relative working_dir is made inside it.
+func checkWorkingDir(fc *fieldCheck, _ string) *refusal {
+	if !strings.HasPrefix(fc.run.WorkingDir, "/") ||
+		fc.anyHost(func(_ candidateHost, rt fieldTarget) bool { return rt == targetDocker }) {
+		return nil
+	}
+	return &refusal{Why: "the process runtime starts each job in a fresh directory of its own, not at an absolute path",
+		Instead: "give a relative working_dir (made inside the job's directory), or run on a host with Docker"}
+}
+
+// groupImage reports whether a task group or a service's replica group
+// names its own image.
+func groupImage(fc *fieldCheck) bool {
+	if t := fc.cfg.Task; t != nil && slices.ContainsFunc(t.Groups, func(g api.TaskGroup) bool { return g.Image != "" }) {
+		return true
+	}
+	s := fc.cfg.Service
+	return s != nil && slices.ContainsFunc(s.Replicas.Groups, func(g api.ReplicaGroup) bool { return g.Image != "" })
 }

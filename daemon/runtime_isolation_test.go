@@ -75,20 +75,21 @@ func TestUserImagelessRunOnServeRunsInTheDefaultImageNotOnTheHost(t *testing.T) 
 }
 
 // A privileged container on the server's own host is root there (it can
-// mount the host's disks): a user-role member's `privileged: true` run
-// fails at start with the fix instead of running, unless the admin started
-// the server with --allow-privileged.
+// mount the host's disks): a user-role member's `privileged: true` run is
+// refused by its plan with the fix (the local agent reports that its
+// admin did not allow privileged jobs), unless the admin started the
+// server with --allow-privileged. The agent refuses such a job at start
+// too (agent.TestAgentsRefusePrivilegedJobsUnlessTheirAdminAllowsThem).
 func TestPrivilegedRunsAreRefusedOnTheServersOwnHost(t *testing.T) {
 	ts := startDockerServer(t)
 	mallory := ts.userMember("mallory")
 	task := "type: task\nname: priv\nimage: " + dockerimage.Ref + "\nprivileged: true\ncommands:\n  - echo ran-privileged\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n"
-	ts.must(http.StatusCreated, mallory, "POST", "/api/v1/projects/main/runs/apply", yamlApply(task), nil)
-	run := ts.waitRunEnd("priv", 60*time.Second)
-	if run.Status != "failed" || !strings.Contains(run.Reason, "--allow-privileged") {
-		t.Fatalf("run %s (%s), want failed naming --allow-privileged", run.Status, run.Reason)
+	status, se := ts.call(mallory, "POST", "/api/v1/projects/main/runs/apply", yamlApply(task), nil)
+	if status != http.StatusUnprocessableEntity || !strings.Contains(se.Error(), "privileged") || !strings.Contains(se.Error(), "--allow-privileged") {
+		t.Fatalf("apply: %d %s, want 422 naming privileged and --allow-privileged", status, se.Error())
 	}
-	if out := ts.runLogs("priv"); slices.Contains(out, "ran-privileged") {
-		t.Fatal("the privileged container ran on the server's host")
+	if st, _ := ts.call(ts.admin, "GET", "/api/v1/projects/main/runs/priv", nil, nil); st != http.StatusNotFound {
+		t.Fatalf("the refused run exists: GET status %d", st)
 	}
 }
 

@@ -54,6 +54,12 @@ type Options struct {
 	// DefaultImage is the image of runs without one (default DefaultImage;
 	// ignored when Embedded).
 	DefaultImage string
+	// PythonImage, NvccImage and DindImage are the images of runs without
+	// one that set python, nvcc or docker: true (defaults DefaultPythonImage,
+	// DefaultNvccImage, DefaultDindImage; see container_image.go, where
+	// "{python}" takes the run's Python version). Ignored when Embedded,
+	// but for DindImage.
+	PythonImage, NvccImage, DindImage string
 	// ProcessUser is whom the process runtime runs the local fleet's jobs
 	// as, the server being root (default agent.DefaultProcessUser, "nobody").
 	ProcessUser string
@@ -182,6 +188,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.DefaultImage == "" && !opts.Embedded {
 		opts.DefaultImage = DefaultImage
 	}
+	setImageDefaults(&opts)
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}

@@ -95,7 +95,8 @@ func OpenHost(ctx context.Context, cfg HostConfig) (h *Host, err error) {
 	if h.gpus, err = gpu.Open(ctx, gpu.Options{Fake: cfg.FakeGPUs}); err != nil {
 		return h, fmt.Errorf("accelerators: %w", err)
 	}
-	if h.Agent, err = agent.New(ctx, agent.Config{DataDir: cfg.DataDir, Runtime: rt, GPUs: h.gpus, Docker: dinfo, Version: cfg.Version, Logger: cfg.Logger}); err != nil {
+	if h.Agent, err = agent.New(ctx, agent.Config{DataDir: cfg.DataDir, Runtime: rt, GPUs: h.gpus, Docker: dinfo,
+		AllowPrivileged: cfg.Policy.PrivilegedAllowed(), Version: cfg.Version, Logger: cfg.Logger}); err != nil {
 		return h, err
 	}
 	if h.Handler, err = New(h.Agent, token, cfg.Logger); err != nil {

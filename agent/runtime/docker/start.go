@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -123,11 +124,16 @@ func (r *Runtime) containerConfig(spec api.JobSpec, hostfile string) (*container
 		Image:      spec.Image,
 		Env:        runtime.Environment(spec, hostfileInContainer),
 		Cmd:        runtime.ShellCommand(spec),
-		WorkingDir: spec.WorkingDir,
+		WorkingDir: containerWorkDir(spec.WorkingDir),
 		User:       spec.User,
 		Labels:     labels,
 	}
-	if len(spec.Commands) > 0 {
+	switch {
+	case len(spec.Entrypoint) > 0:
+		// dstack's entrypoint: it replaces the image's, and the commands
+		// are its arguments, not shell lines (nor is the image's CMD).
+		cfg.Entrypoint, cfg.Cmd = spec.Entrypoint, append([]string{}, spec.Commands...)
+	case len(spec.Commands) > 0:
 		cfg.Entrypoint = []string{} // the shell runs the commands, not the image's entrypoint
 	}
 	// An init process as PID 1 reaps zombies and lets the job's shell be
@@ -186,6 +192,21 @@ func (r *Runtime) containerConfig(spec api.JobSpec, hostfile string) (*container
 		hc.PortBindings[port] = append(hc.PortBindings[port], b)
 	}
 	return cfg, hc, nil
+}
+
+// legacyRepoDir is where dstack puts a relative working_dir in the
+// container (its repo directory before 0.20), as Docker takes only
+// absolute ones.
+const legacyRepoDir = "/workflow"
+
+// containerWorkDir is the container's working directory for a spec's
+// working_dir: as is when absolute, under legacyRepoDir when relative,
+// the image's own when empty. The engine makes it if the image lacks it.
+func containerWorkDir(dir string) string {
+	if dir == "" || path.IsAbs(dir) {
+		return dir
+	}
+	return path.Join(legacyRepoDir, dir)
 }
 
 func (r *Runtime) useDeviceRequests() bool {

@@ -77,6 +77,15 @@ func (m *Runtime) Start(ctx context.Context, spec api.JobSpec, pulling func()) (
 	return h, err
 }
 
+// Pythons are the process runtime's (its image-less jobs use the host's
+// interpreters), if it lists them.
+func (m *Runtime) Pythons() []string {
+	if p, ok := m.process.(interface{ Pythons() []string }); ok {
+		return p.Pythons()
+	}
+	return nil
+}
+
 // Wait waits in the job's runtime.
 func (m *Runtime) Wait(ctx context.Context, h runtime.Handle) (runtime.Exit, error) {
 	return m.of(h).Wait(ctx, h)

@@ -59,6 +59,11 @@ func (r *Runtime) Start(ctx context.Context, spec api.JobSpec, _ func()) (runtim
 		return fail(fmt.Errorf("job %s: %w", spec.ID, err))
 	}
 	l.Env = processEnv(spec, hostfile, l.WorkDir, cred != nil)
+	if spec.Python != "" {
+		if l.Env, err = usePython(l.Env, l.WorkDir, spec.Python, cred); err != nil {
+			return fail(fmt.Errorf("job %s: %w", spec.ID, err))
+		}
+	}
 	if err := writeJSON(filepath.Join(dir, fileMeta), meta{JobID: spec.ID, RunName: spec.RunName, WorkDir: l.WorkDir}); err != nil {
 		return fail(fmt.Errorf("job %s: %w", spec.ID, err))
 	}
@@ -144,6 +149,14 @@ func chownTree(base, rel string, c *credential) error {
 // launchOf checks what a process can honour of the spec and translates it;
 // the credential is whom the job runs as (nil: the agent's own user).
 func (r *Runtime) launchOf(spec api.JobSpec) (launch, *credential, []api.JobPort, error) {
+	switch {
+	case len(spec.Entrypoint) > 0:
+		return launch{}, nil, nil, errNotProcess(spec.ID, "entrypoint", "start the program from commands")
+	case spec.Privileged:
+		return launch{}, nil, nil, errNotProcess(spec.ID, "privileged", "run it in Docker on a host whose admin allows privileged jobs")
+	case spec.ShmSize > 0:
+		return launch{}, nil, nil, errNotProcess(spec.ID, "shm_size", "processes share the host's /dev/shm; drop shm_size")
+	}
 	argv := runtime.ShellCommand(spec)
 	if argv == nil {
 		return launch{}, nil, nil, fmt.Errorf("job %s: the process runtime needs commands (there is no image entrypoint)", spec.ID)
