@@ -39,7 +39,7 @@ func newAuthFixture(t *testing.T) *authFixture {
 	task := yamlApply("type: task\nname: t1\ncommands: [echo hi]\nresources: {cpu: 0.., memory: 1MB.., disk: 1GB..}\n")
 	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/runs/apply", task, nil)
 	ts.must(http.StatusCreated, f.tokens["outsider"], "POST", "/api/v1/projects/other/runs/apply", task, nil)
-	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply", api.ApplyRequest{ConfigurationYAML: "type: fleet\nname: f1\nnodes: 1\n"}, nil)
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply", api.ApplyRequest{ConfigurationYAML: "type: fleet\nname: f1\nnodes: 0..1\n"}, nil)
 	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/queues/apply", api.ApplyRequest{ConfigurationYAML: "type: queue\nname: q1\n"}, nil)
 	return f
 }

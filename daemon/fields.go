@@ -285,6 +285,36 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 	return v, errs
 }
 
+// checkKindFields applies the field rules to a configuration that is not
+// a run (fleets, queues): there are no targets to choose, so a field is
+// honoured or refused outright.
+func checkKindFields(cfg *api.Config) api.ErrorList {
+	var errs api.ErrorList
+	var done []string
+	for _, p := range api.SetFields(cfg) {
+		if slices.ContainsFunc(done, func(d string) bool { return strings.HasPrefix(p, d+".") || strings.HasPrefix(p, d+"[") }) {
+			continue
+		}
+		r, _, ok := ruleFor(cfg.Kind, api.StripIndex(p))
+		switch {
+		case !ok:
+			errs = append(errs, cfg.At(p, "gpud has no rule for this field, so it would not take effect", "drop it, and report this as a bug"))
+		case r.All != nil:
+			errs = append(errs, refusedError(cfg, p, "any host", *r.All))
+		case r.Check != nil:
+			if rf := r.Check(&fieldCheck{cfg: cfg}, p); rf != nil {
+				errs = append(errs, refusedError(cfg, p, "any host", *rf))
+			} else {
+				continue
+			}
+		default:
+			continue
+		}
+		done = append(done, p)
+	}
+	return errs
+}
+
 // allowedTargets turns the refused targets into the labels a run's nodes
 // must carry.
 func allowedTargets(refused map[fieldTarget][]string, image bool) runTargets {

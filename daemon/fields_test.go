@@ -168,6 +168,21 @@ var refusedSamples = map[string]string{
 	"creation_policy":                  "type: task\ncommands: [true]\ncreation_policy: reuse\n",
 	"idle_duration":                    "type: task\ncommands: [true]\nidle_duration: 1h\n",
 	"tags":                             "type: task\ncommands: [true]\ntags: {team: ml}\n",
+
+	"fleet:ssh_config.hosts.blocks": "type: fleet\nname: f\nssh_config:\n  user: u\n  identity_file: /k\n  hosts:\n    - hostname: h\n      blocks: 2\n",
+	"fleet:blocks":                  "type: fleet\nname: f\nnodes: 0..2\nblocks: 4\n",
+	"fleet:resources":               "type: fleet\nname: f\nnodes: 0..2\nresources:\n  gpu: 8\n",
+	"fleet:backends":                "type: fleet\nname: f\nnodes: 0..2\nbackends: [aws]\n",
+	"fleet:regions":                 "type: fleet\nname: f\nnodes: 0..2\nregions: [us-east-1]\n",
+	"fleet:availability_zones":      "type: fleet\nname: f\nnodes: 0..2\navailability_zones: [us-east-1a]\n",
+	"fleet:instance_types":          "type: fleet\nname: f\nnodes: 0..2\ninstance_types: [p5.48xlarge]\n",
+	"fleet:reservation":             "type: fleet\nname: f\nnodes: 0..2\nreservation: r-1\n",
+	"fleet:spot_policy":             "type: fleet\nname: f\nnodes: 0..2\nspot_policy: spot\n",
+	"fleet:max_price":               "type: fleet\nname: f\nnodes: 0..2\nmax_price: 2\n",
+	"fleet:idle_duration":           "type: fleet\nname: f\nnodes: 0..2\nidle_duration: 1h\n",
+	"fleet:retry":                   "type: fleet\nname: f\nnodes: 0..2\nretry: true\n",
+	"fleet:tags":                    "type: fleet\nname: f\nnodes: 0..2\ntags: {a: b}\n",
+	"fleet:env":                     "type: fleet\nname: f\nnodes: 0..2\nenv: [A=1]\n",
 }
 
 // TestRefusedFieldsAreRefusedByNameAtPlanTime plans, for every field
@@ -181,8 +196,8 @@ func TestRefusedFieldsAreRefusedByNameAtPlanTime(t *testing.T) {
 		if !scoped {
 			kind, path = "", key
 		}
-		if r.All == nil || path == "" || strings.HasPrefix(key, "fleet:") {
-			continue // kinds refused whole and fleets are applied, not planned
+		if r.All == nil || path == "" {
+			continue // kinds refused whole have no endpoint
 		}
 		sample, ok := refusedSamples[key]
 		if !ok {
@@ -192,7 +207,11 @@ func TestRefusedFieldsAreRefusedByNameAtPlanTime(t *testing.T) {
 		if kind != "" && !strings.HasPrefix(sample, "type: "+kind+"\n") {
 			t.Errorf("%s: the sample is not a %s", key, kind)
 		}
-		status, se := ts.call(ts.admin, "POST", "/api/v1/projects/main/runs/plan", api.ApplyRunRequest{ApplyRequest: api.ApplyRequest{ConfigurationYAML: sample, Filename: "sample.yml"}}, nil)
+		endpoint, body := "/api/v1/projects/main/runs/plan", any(api.ApplyRunRequest{ApplyRequest: api.ApplyRequest{ConfigurationYAML: sample, Filename: "sample.yml"}})
+		if kind == "fleet" {
+			endpoint, body = "/api/v1/projects/main/fleets/apply", api.ApplyRequest{ConfigurationYAML: sample, Filename: "sample.yml"}
+		}
+		status, se := ts.call(ts.admin, "POST", endpoint, body, nil)
 		if status != 422 || se.Code != api.CodeNotHonoured {
 			t.Errorf("%s: %d %q (%s), want 422 %q", key, status, se.Code, se.Message, api.CodeNotHonoured)
 			continue

@@ -241,6 +241,29 @@ func (s *hosts) registerInstance(ctx context.Context, fleet, id, backend string,
 	return nil
 }
 
+// checkFleetRoom refuses a new registered host when its fleet already
+// holds nodes.max hosts: the fleet configuration's cap is the admin's.
+func (s *Server) checkFleetRoom(fleet, id string) error {
+	f, err := s.store.Fleets().Get(fleet)
+	if err != nil {
+		return fmt.Errorf("fleet %s: %w", fleet, err)
+	}
+	cfg := fleetConfig(f)
+	if cfg == nil || cfg.Nodes == nil || cfg.Nodes.Max == nil {
+		return nil
+	}
+	n := 0
+	for _, inst := range s.store.Instances().ByFleet(fleet) {
+		if inst.ID != id && inst.Status != store.InstanceTerminated {
+			n++
+		}
+	}
+	if n >= *cfg.Nodes.Max {
+		return fmt.Errorf("fleet %s already holds its nodes maximum of %d hosts; raise nodes in the fleet configuration, or remove a host", f.Name, *cfg.Nodes.Max)
+	}
+	return nil
+}
+
 // sanitize makes a hostname usable in an instance id.
 func sanitize(s string) string {
 	b := []byte(s)

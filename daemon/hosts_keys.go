@@ -70,6 +70,9 @@ func (h *storeHosts) BindHost(ctx context.Context, c tunnel.HostClaim) (string, 
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		b = hostBinding{Fleet: c.Grant.Fleet, Host: c.Host, Key: c.Key, Instance: registeredInstanceID(c.Grant.Fleet, c.Host), TokenID: c.Grant.TokenID, BoundAt: h.s.now()}
+		if err := h.s.checkFleetRoom(c.Grant.Fleet, b.Instance); err != nil {
+			return "", err // a new host; the fleet's admin capped how many it takes
+		}
 		if inst, err := h.s.store.Instances().Get(b.Instance); err == nil && inst.Fleet != c.Grant.Fleet {
 			return "", fmt.Errorf("instance id %s is taken by fleet %q", b.Instance, inst.Fleet) // cannot happen by construction; never overwrite
 		}

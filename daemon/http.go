@@ -195,5 +195,11 @@ func (s *Server) readApplyConfig(w http.ResponseWriter, r *http.Request, role st
 		return "", caller{}, nil, err
 	}
 	cfg, err := parseConfig(req)
-	return project, c, cfg, err
+	if err != nil {
+		return "", caller{}, nil, err
+	}
+	if el := checkKindFields(cfg); len(el) > 0 {
+		return "", caller{}, nil, notHonoured(el)
+	}
+	return project, c, cfg, nil
 }
