@@ -176,6 +176,7 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 			ShmSize: api.Size(n.res.SHMSize), StopDuration: st.StopDuration,
 			Labels: map[string]string{"dev.gpud.project": project, "dev.gpud.run": name},
 		}
+		addTagLabels(js.Labels, spec.Tags)
 		if err := s.applyContainerFields(&js, spec, n.image); err != nil {
 			return nil, err
 		}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	agentclient "gpud.dev/gpud/agent/client"
 	agentserver "gpud.dev/gpud/agent/server"
 	"gpud.dev/gpud/api"
@@ -397,4 +399,37 @@ func BenchmarkSnapshotWithPlacement(b *testing.B) {
 			b.Fatalf("snapshot has %d jobs and %d nodes", len(snap.Jobs), len(snap.Nodes))
 		}
 	}
+}
+
+// TestPlacementTagsLabelTheJobsContainers: a run's tags label its job's
+// container dev.gpud.tag.KEY=VALUE (the resource gpud creates for it, as
+// dstack tags the instances it creates) and show in the run's
+// configuration; on the process runtime, which has no container, they
+// are refused.
+func TestPlacementTagsLabelTheJobsContainers(t *testing.T) {
+	ts := startDockerServer(t)
+	ts.submit("type: task\nname: tagged\ncommands: [sleep 300]\ntags:\n  team: ml\n  cost-center: \"42\"\n" + res())
+	ts.waitRun("tagged", "running", "", 60*time.Second)
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	f := make(client.Filters).Add("label", "dev.gpud.run=tagged")
+	list, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("%d containers of run tagged, want 1", len(list.Items))
+	}
+	if l := list.Items[0].Labels; l[tagLabelPrefix+"team"] != "ml" || l[tagLabelPrefix+"cost-center"] != "42" {
+		t.Errorf("container labels %v lack the tags", l)
+	}
+	if cfg := string(ts.getRun("tagged").Configuration); !strings.Contains(cfg, `"tags":{"cost-center":"42","team":"ml"}`) {
+		t.Errorf("the run's configuration does not show its tags: %s", cfg)
+	}
+
+	ps := startPlacementServer(t)
+	ps.refused(job("tags", "tags:\n  team: ml\n"+res()), "tags", "process job")
 }

@@ -45,5 +45,10 @@ var placementRules = fieldRules{
 	"max_price":       {Proof: []string{"daemon.TestPlacementProfileFiltersAgainstOwnedHosts"}, Check: checkMaxPrice, Note: noteMaxPrice},
 	"creation_policy": {Proof: []string{"daemon.TestPlacementProfileFiltersAgainstOwnedHosts"}},
 	"idle_duration":   {Proof: []string{"daemon.TestPlacementProfileFiltersAgainstOwnedHosts"}, Note: noteIdleDuration},
-	"tags":            {All: &refusal{Why: "tags label cloud resources, and gpud creates none", Instead: "drop tags"}},
+	// dstack tags the cloud resources it creates for a run; gpud creates
+	// the job's container, and labels it dev.gpud.tag.KEY=VALUE. A process
+	// job has nothing to carry them.
+	"tags": {Proof: []string{"daemon.TestPlacementTagsLabelTheJobsContainers"}, Refuse: map[fieldTarget]refusal{
+		targetProcess: {Why: "tags label the job's container, and a process job has none", Instead: "give the run an image, or drop tags"},
+	}},
 }

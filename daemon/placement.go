@@ -454,3 +454,15 @@ func (s *Server) placedOffers(project string, run store.Record, req taskRequest,
 	}
 	return out, nil
 }
+
+// tagLabelPrefix prefixes the container labels that carry a run's tags.
+const tagLabelPrefix = "dev.gpud.tag."
+
+// addTagLabels copies a run's tags onto its job's labels: the container
+// is the resource gpud creates for a run, as dstack tags the instances it
+// creates.
+func addTagLabels(labels, tags map[string]string) {
+	for k, v := range tags {
+		labels[tagLabelPrefix+k] = v
+	}
+}
