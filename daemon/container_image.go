@@ -13,17 +13,20 @@ import (
 
 // Images of runs without an image that ask for something of it, modelled
 // on dstack's: its Python images (dstack before 0.19 picked one per
-// Python version), the devel variant of DefaultImage (with the CUDA
-// compiler) and its Docker-in-Docker image.
+// Python version, with a -devel variant that has the CUDA compiler), the
+// devel variant of DefaultImage and its Docker-in-Docker image.
 const (
-	DefaultPythonImage = "dstackai/base:py{python}-0.4-cuda-12.1"
+	DefaultPythonImage = "dstackai/base:py{python}-0.4-cuda-12.1{devel}"
 	DefaultNvccImage   = "dstackai/base:0.10-devel-ubuntu22.04"
 	DefaultDindImage   = "dstackai/dind"
 )
 
-// pythonPlaceholder is replaced by the run's Python version in the image
-// templates.
-const pythonPlaceholder = "{python}"
+// The placeholders of Options.PythonImage: the run's Python version, and
+// "-devel" for a run with nvcc: true ("" without).
+const (
+	pythonPlaceholder = "{python}"
+	develPlaceholder  = "{devel}"
+)
 
 // startDockerd is what dstack runs first in its Docker-in-Docker image:
 // it starts the job's own Docker engine.
@@ -45,10 +48,11 @@ func setImageDefaults(o *Options) {
 // runImage is the image the server chooses for a job of run whose own
 // image (the run's or its group's) is image: that one when set; with
 // docker: true the Docker-in-Docker image; on a server (not the embedded
-// mode, whose image-less jobs are host processes) the nvcc or Python
-// image; else "", which dispatch turns into the default image. ok is
-// false when a template needs a Python version the run does not give, or
-// has no place for the one it does (the plan refuses those, checkNvcc).
+// mode, whose image-less jobs are host processes) the Python image for
+// the run's version (its devel variant with nvcc), or the nvcc image;
+// else "", which dispatch turns into the default image. ok is false when
+// the Python image has no place for the version or the devel variant
+// (the plan refuses those: checkPython, checkNvcc).
 func runImage(o *Options, run *api.RunSpec, image string) (string, bool) {
 	switch {
 	case image != "":
@@ -57,22 +61,25 @@ func runImage(o *Options, run *api.RunSpec, image string) (string, bool) {
 		return o.DindImage, true
 	case o.Embedded:
 		return "", true
-	case run.Nvcc:
-		return expandPython(o.NvccImage, run.Python)
 	case run.Python != "":
-		return expandPython(o.PythonImage, run.Python)
+		return pythonImage(o.PythonImage, run.Python, run.Nvcc)
+	case run.Nvcc:
+		return o.NvccImage, true
 	}
 	return "", true
 }
 
-// expandPython puts version into template; ok is false when only one of
-// them is there.
-func expandPython(template, version string) (string, bool) {
-	has := strings.Contains(template, pythonPlaceholder)
-	if has != (version != "") {
+// pythonImage fills template with version and the devel suffix; ok is
+// false when it lacks {python}, or {devel} for nvcc.
+func pythonImage(template, version string, nvcc bool) (string, bool) {
+	if !strings.Contains(template, pythonPlaceholder) || nvcc && !strings.Contains(template, develPlaceholder) {
 		return "", false
 	}
-	return strings.ReplaceAll(template, pythonPlaceholder, version), true
+	devel := ""
+	if nvcc {
+		devel = "-devel"
+	}
+	return strings.NewReplacer(pythonPlaceholder, version, develPlaceholder, devel).Replace(template), true
 }
 
 // applyContainerFields sets what the run says about the job's container
@@ -81,7 +88,7 @@ func expandPython(template, version string) (string, bool) {
 func (s *runsAPI) applyContainerFields(js *api.JobSpec, run *api.RunSpec, image string) error {
 	img, ok := runImage(&s.opts, run, image)
 	if !ok {
-		return badField("configuration.nvcc", "the server's --nvcc-image %q and python %q do not fit: set python only when the image has {python}", s.opts.NvccImage, run.Python)
+		return badField("configuration.python", "the server's --python-image %q has no place for python %q (nvcc: %v)", s.opts.PythonImage, run.Python, run.Nvcc)
 	}
 	js.Image, js.Python = img, run.Python
 	if run.Entrypoint != "" {

@@ -335,17 +335,24 @@ func TestPythonPicksTheServersImageForThatVersion(t *testing.T) {
 }
 
 // nvcc on Docker: a run without an image gets the server's devel image
-// (--nvcc-image), which has the CUDA compiler; with python too, a devel
-// image that has no {python} is refused by name.
+// (--nvcc-image), which has the CUDA compiler, or with python the devel
+// variant of the Python image ({devel} in --python-image); a Python image
+// without one refuses nvcc with python by name.
 func TestNvccPicksTheServersDevelImage(t *testing.T) {
-	ref := "gpud-test/devel:" + randomWord(t)
-	buildTestImage(t, ref, map[string]string{"usr/local/bin/nvcc": "#!/bin/sh\necho nvcc-from-the-devel-image\n"})
-	ts := startContainerServer(t, Options{NvccImage: ref})
+	tag := randomWord(t)
+	buildTestImage(t, "gpud-test/devel:"+tag, map[string]string{"usr/local/bin/nvcc": "#!/bin/sh\necho nvcc-from-the-devel-image\n"})
+	buildTestImage(t, "gpud-test/python-3.11:"+tag+"-devel", map[string]string{"usr/local/bin/nvcc": "#!/bin/sh\necho nvcc-beside-python-3.11\n"})
+	ts := startContainerServer(t, Options{NvccImage: "gpud-test/devel:" + tag, PythonImage: "gpud-test/python-{python}:" + tag + "{devel}"})
 	_, out := ts.runOutput("devel", task("devel", "nvcc: true\n", "nvcc --version"), "done")
 	if !slices.Contains(out, "nvcc-from-the-devel-image") {
 		t.Fatalf("output %q, want the devel image's nvcc", out)
 	}
-	ts.refusedAt(task("devel-py", "nvcc: true\npython: \"3.11\"\n", "true"), "nvcc", "--nvcc-image")
+	_, out = ts.runOutput("devel-py", task("devel-py", "nvcc: true\npython: \"3.11\"\n", "nvcc --version"), "done")
+	if !slices.Contains(out, "nvcc-beside-python-3.11") {
+		t.Fatalf("output %q, want the nvcc of the Python 3.11 image's devel variant", out)
+	}
+	ts = startContainerServer(t, Options{PythonImage: "gpud-test/python-{python}:" + tag})
+	ts.refusedAt(task("devel-py", "nvcc: true\npython: \"3.11\"\n", "true"), "nvcc", "{devel}")
 }
 
 // containerImage is the image the run's first job's container was made of.

@@ -57,6 +57,10 @@ func checkPython(fc *fieldCheck, _ string) *refusal {
 	if groupImage(fc) {
 		return &refusal{Why: "a group with an image of its own runs that image's Python", Instead: "drop python, or the groups' images"}
 	}
+	if !fc.srv.opts.Embedded && !strings.Contains(fc.srv.opts.PythonImage, pythonPlaceholder) {
+		return &refusal{Why: "this server's Python image (" + fc.srv.opts.PythonImage + ") has one Python, not a choice of " + pythonPlaceholder,
+			Instead: "drop python, or have the admin set --python-image with " + pythonPlaceholder}
+	}
 	if fc.anyHost(func(h candidateHost, rt fieldTarget) bool {
 		if rt == targetDocker {
 			return !fc.srv.opts.Embedded // the embedded mode picks no image for it
@@ -69,23 +73,18 @@ func checkPython(fc *fieldCheck, _ string) *refusal {
 		Instead: "install Python " + v + " on a host (its agent lists it at start), run on a host with Docker, or drop python"}
 }
 
-// checkNvcc refuses nvcc with a Python version when the server's nvcc
-// image has no place for one, and without one when it needs one.
+// checkNvcc refuses nvcc beside groups with images of their own, and
+// with a Python version when the server's Python image has no devel
+// variant ({devel}).
 func checkNvcc(fc *fieldCheck, _ string) *refusal {
 	if groupImage(fc) {
 		return &refusal{Why: "a group with an image of its own runs that image, with or without nvcc", Instead: "drop nvcc, or the groups' images"}
 	}
-	if fc.srv.opts.Embedded {
+	if fc.srv.opts.Embedded || fc.run.Python == "" || strings.Contains(fc.srv.opts.PythonImage, develPlaceholder) {
 		return nil
 	}
-	if _, ok := expandPython(fc.srv.opts.NvccImage, fc.run.Python); ok {
-		return nil
-	}
-	if fc.run.Python != "" {
-		return &refusal{Why: "this server's nvcc image (" + fc.srv.opts.NvccImage + ") has one Python, not a choice of " + pythonPlaceholder,
-			Instead: "drop python, or have the admin set --nvcc-image with " + pythonPlaceholder}
-	}
-	return &refusal{Why: "this server's nvcc image (" + fc.srv.opts.NvccImage + ") needs a Python version", Instead: "set python too"}
+	return &refusal{Why: "this server's Python image (" + fc.srv.opts.PythonImage + ") has no devel variant with the CUDA compiler (" + develPlaceholder + ")",
+		Instead: "drop python to get the server's nvcc image, or have the admin set --python-image with " + develPlaceholder}
 }
 
 // checkDocker refuses docker: true beside groups with images of their
