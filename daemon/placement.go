@@ -177,8 +177,9 @@ func (s *Server) placeHostOf(inst store.Record) (placeHost, bool) {
 		backend: st.Backend, info: st.Host}, true
 }
 
-// instanceNumber is a host's number in its fleet: its place, from 0, in
-// the fleet's instance listing (by id, as `gpud fleet` lists them).
+// instanceNumbers numbers the hosts of each fleet, read once per use: a
+// host's number is its place, from 0, in the fleet's instance listing (by
+// id, as `gpud fleet` lists them).
 type instanceNumbers struct {
 	s     *Server
 	fleet map[string]map[string]int
