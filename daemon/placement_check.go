@@ -43,7 +43,8 @@ func checkFleets(fc *fieldCheck, path string) *refusal {
 		return nil
 	}
 	return &refusal{
-		Why: fmt.Sprintf("%s %s no fleet of project %q nor a shared one; its runs can use %s", plural(len(missing), "fleet", "fleets"),
+		Why: fmt.Sprintf(plural(len(missing), "fleet %s is no fleet of project %q nor a shared one; its runs can use %s",
+			"fleets %s are no fleets of project %q nor shared ones; its runs can use %s"),
 			strings.Join(missing, ", "), fc.project, listOr(quoteAll(have), "no fleet")),
 		Instead: "name fleets that exist, or apply a `type: fleet` configuration with that name first",
 	}
@@ -226,11 +227,12 @@ func noteDisk(fc *fieldCheck) string {
 		api.Size(*d.Min), api.Size(*d.Max))
 }
 
+// plural is one for n == 1, else many.
 func plural(n int, one, many string) string {
 	if n == 1 {
-		return one + " is"
+		return one
 	}
-	return many + " are"
+	return many
 }
 
 // listOr joins vs with commas, or says none.
