@@ -41,9 +41,11 @@ type Config struct {
 	Gateway        *GatewaySpec
 	Queue          *QueueSpec
 
-	// keys is where each field is written in the source, by path; nil
-	// for a Config not read by Parse.
+	// keys is where each field is written in the source, by path, and
+	// file the name Parse was given; nil and "" for a Config not read by
+	// Parse.
 	keys map[string]*Error
+	file string
 }
 
 // At returns an error about the field at path (with its index:
@@ -63,7 +65,7 @@ func (c *Config) At(path, msg, fix string) *Error {
 		}
 		p = p[:i]
 	}
-	return &Error{Path: path, Message: msg, Fix: fix}
+	return &Error{File: c.file, Path: path, Message: msg, Fix: fix}
 }
 
 // Run returns the shared run part of a task, service or dev environment,

@@ -11,10 +11,9 @@ import (
 	"testing"
 
 	"github.com/goccy/go-yaml"
-)
 
-// dstackExamples is the shared compatibility corpus, outside the module.
-const dstackExamples = "../../shared/dstack-examples"
+	"gpud.dev/gpud/internal/testutil"
+)
 
 // malformedDstackSnippets are the two documentation snippets whose resource
 // fields sit at the top level; gpud must reject them with positions.
@@ -145,9 +144,10 @@ func TestInvalidExamplesReportTheExpectedErrorAtItsPosition(t *testing.T) {
 }
 
 func TestDstackExamplesAreAcceptedExceptTheTwoMalformedSnippets(t *testing.T) {
+	dstackExamples := testutil.DstackExamples(t, "..")
 	entries, err := os.ReadDir(dstackExamples)
 	if err != nil {
-		t.Fatalf("the dstack compatibility corpus must exist at %s (../shared/dstack-examples from the repository root): %v", dstackExamples, err)
+		t.Fatalf("read the dstack compatibility corpus %s: %v", dstackExamples, err)
 	}
 	var checked, rejected int
 	for _, e := range entries {

@@ -62,7 +62,7 @@ func Parse(filename string, data []byte, opts ...Option) (*Config, error) {
 		}
 	}
 	cfg.setDefaults()
-	cfg.keys = d.keys
+	cfg.keys, cfg.file = d.keys, filename
 	return cfg, nil
 }
 

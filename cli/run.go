@@ -32,6 +32,8 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "name", Aliases: []string{"n"}, Usage: "run name (default: the configuration's name, or one the server picks)"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an active run of the same name"},
 			&cli.StringFlag{Name: "profile", Usage: "merge the named profile of .gpud/profiles.yml or .dstack/profiles.yml"},
+			&cli.BoolFlag{Name: "plan-only", Usage: "show the plan (offers, notes, fields gpud would refuse) and exit without submitting; exit 1 when refused"},
+			&cli.BoolFlag{Name: "json", Usage: "with --plan-only: print the plan as JSON"},
 		),
 		Action: runRun,
 	}
@@ -52,12 +54,16 @@ func runRun(c *cli.Context) error {
 	}
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
-	sess := &runSession{out: c.App.Writer, errw: c.App.ErrWriter, project: target.Project, assumeYes: c.Bool("yes")}
+	sess := &runSession{out: c.App.Writer, errw: c.App.ErrWriter, project: target.Project, assumeYes: c.Bool("yes"),
+		planOnly: c.Bool("plan-only"), json: c.Bool("json")}
+	if sess.json && !sess.planOnly {
+		return usageError(errors.New("run: --json goes with --plan-only (a run's output is its jobs' logs)"))
+	}
 	if target.Embedded {
 		if p := target.Project; p != daemon.DefaultProject {
 			return usageError(fmt.Errorf("run: --project %s: the embedded server (no server configured) has only project %s", p, daemon.DefaultProject))
 		}
-		if c.Bool("detach") {
+		if c.Bool("detach") && !sess.planOnly {
 			return usageError(errors.New("run: -d needs a server — with none configured the run lives in this command's embedded server, which ends with it; start one with gpud serve and gpud login"))
 		}
 		stop, err := sess.startEmbedded(ctx, c)
@@ -131,6 +137,8 @@ type runSession struct {
 	out, errw io.Writer
 	assumeYes bool
 	embedded  bool
+	// planOnly shows the plan and submits nothing; json prints it as JSON.
+	planOnly, json bool
 }
 
 // submit plans the run, shows the plan, asks, and applies. It returns nil
@@ -140,6 +148,14 @@ func (s *runSession) submit(ctx context.Context, req api.ApplyRunRequest) (*api.
 	if err != nil {
 		return nil, serverError("plan", err, s.errw)
 	}
+	if s.planOnly {
+		if s.json {
+			return nil, printJSON(s.out, plan)
+		}
+		printPlan(s.out, plan)
+		printNotes(s.errw, plan)
+		return nil, nil
+	}
 	switch {
 	case !s.assumeYes:
 		printPlan(s.out, plan)
@@ -147,9 +163,7 @@ func (s *runSession) submit(ctx context.Context, req api.ApplyRunRequest) (*api.
 		// Scripts read the job's output on stdout: keep the plan off it.
 		fmt.Fprintf(s.errw, "run %s: %s in project %s, %d offers\n", orDash(plan.Run.Name), plan.Action, s.project, len(plan.Offers))
 	}
-	if plan.Message != "" {
-		fmt.Fprintf(s.errw, "note: %s\n", plan.Message)
-	}
+	printNotes(s.errw, plan)
 	if !s.assumeYes {
 		if !stdinIsTerminal() {
 			return nil, usageError(errors.New("run: stdin is not a terminal, so gpud cannot ask [y/n] — pass -y to submit without asking"))
@@ -192,6 +206,17 @@ func printPlan(w io.Writer, plan api.RunPlan) {
 	fmt.Fprintln(w)
 }
 
+// printNotes writes the plan's notes: why it may wait, and what gpud does
+// differently from a dstack server.
+func printNotes(w io.Writer, plan api.RunPlan) {
+	if plan.Message != "" {
+		fmt.Fprintf(w, "note: %s\n", plan.Message)
+	}
+	for _, n := range plan.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
 // serverError prints every configuration error of an invalid_configuration
 // answer (the server's positions) and returns an exit-1 error.
 func serverError(what string, err error, stderr io.Writer) error {
@@ -199,6 +224,9 @@ func serverError(what string, err error, stderr io.Writer) error {
 	if errors.As(err, &se) && len(se.Errors) > 0 {
 		for _, e := range se.Errors {
 			fmt.Fprintln(stderr, e)
+		}
+		if se.Code == api.CodeNotHonoured {
+			return invalidInputf("gpud: %s: the configuration sets fields gpud would not honour where the run may go (above): drop them or do what each line says", what)
 		}
 		return invalidInputf("gpud: %s: the server refused the configuration", what)
 	}

@@ -234,13 +234,13 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 			continue
 		}
 		if r.All != nil {
-			errs = append(errs, refusedError(cfg, p, "every target", *r.All))
+			errs = append(errs, refusedError(cfg, p, "", *r.All))
 			done = append(done, p)
 			continue
 		}
 		if r.Check != nil {
 			if rf := r.Check(fc, p); rf != nil {
-				errs = append(errs, refusedError(cfg, p, "every target", *rf))
+				errs = append(errs, refusedError(cfg, p, "", *rf))
 				done = append(done, p)
 				continue
 			}
@@ -258,7 +258,7 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 		}
 	}
 	if len(errs) > 0 {
-		return v, errs
+		return v, byLine(errs)
 	}
 	v.targets = allowedTargets(refused, fc.image)
 	if len(fc.hosts) == 0 || len(refused) == 0 {
@@ -282,13 +282,16 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 			}
 		}
 	}
-	return v, errs
+	return v, byLine(errs)
 }
 
 // checkKindFields applies the field rules to a configuration that is not
 // a run (fleets, queues): there are no targets to choose, so a field is
 // honoured or refused outright.
 func checkKindFields(cfg *api.Config) api.ErrorList {
+	if r, ok := rules[string(cfg.Kind)+":"]; ok && r.All != nil {
+		return api.ErrorList{refusedError(cfg, "type", "", *r.All)} // the whole kind
+	}
 	var errs api.ErrorList
 	var done []string
 	for _, p := range api.SetFields(cfg) {
@@ -300,10 +303,10 @@ func checkKindFields(cfg *api.Config) api.ErrorList {
 		case !ok:
 			errs = append(errs, cfg.At(p, "gpud has no rule for this field, so it would not take effect", "drop it, and report this as a bug"))
 		case r.All != nil:
-			errs = append(errs, refusedError(cfg, p, "any host", *r.All))
+			errs = append(errs, refusedError(cfg, p, "", *r.All))
 		case r.Check != nil:
 			if rf := r.Check(&fieldCheck{cfg: cfg}, p); rf != nil {
-				errs = append(errs, refusedError(cfg, p, "any host", *rf))
+				errs = append(errs, refusedError(cfg, p, "", *rf))
 			} else {
 				continue
 			}
@@ -312,7 +315,7 @@ func checkKindFields(cfg *api.Config) api.ErrorList {
 		}
 		done = append(done, p)
 	}
-	return errs
+	return byLine(errs)
 }
 
 // allowedTargets turns the refused targets into the labels a run's nodes
@@ -357,8 +360,24 @@ func targetName(t fieldTarget) string {
 	return "registered hosts"
 }
 
+// refusedError names the refused field at its line; where is the target
+// that cannot honour it ("" for every target).
 func refusedError(cfg *api.Config, path, where string, r refusal) *api.Error {
-	return cfg.At(path, fmt.Sprintf("gpud does not honour this on %s: %s", where, r.Why), r.Instead)
+	if where == "" {
+		return cfg.At(path, "not honoured by gpud: "+r.Why, r.Instead)
+	}
+	return cfg.At(path, fmt.Sprintf("not honoured on %s, the only hosts this run may use: %s", where, r.Why), r.Instead)
+}
+
+// byLine orders errors as the file reads.
+func byLine(errs api.ErrorList) api.ErrorList {
+	slices.SortStableFunc(errs, func(a, b *api.Error) int {
+		if a.Line != b.Line {
+			return a.Line - b.Line
+		}
+		return a.Column - b.Column
+	})
+	return errs
 }
 
 // candidateHosts lists the hosts a project's runs may be placed on: its
