@@ -261,6 +261,9 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 		return v, byLine(errs)
 	}
 	v.targets = allowedTargets(refused, fc.image)
+	if n := processNote(fc); n != "" {
+		v.notes = append(v.notes, n)
+	}
 	if len(fc.hosts) == 0 || len(refused) == 0 {
 		return v, nil
 	}
@@ -316,6 +319,28 @@ func checkKindFields(cfg *api.Config) api.ErrorList {
 		done = append(done, p)
 	}
 	return byLine(errs)
+}
+
+// processNote says, in the plan, when the run's jobs will be host
+// processes rather than containers of dstack's default image: in the
+// embedded laptop mode, or where every host runs the process runtime.
+func processNote(fc *fieldCheck) string {
+	if fc.run.Image != "" && fc.image {
+		return ""
+	}
+	processes := !fc.image
+	if len(fc.hosts) > 0 && fc.image {
+		processes = true
+		for _, h := range fc.hosts {
+			if runtimeOf(h.runtime, fc.image) != targetProcess {
+				processes = false
+			}
+		}
+	}
+	if !processes {
+		return ""
+	}
+	return "no image: the jobs run as processes on the host (the process runtime), not in dstack's default container image; set image to run in a container"
 }
 
 // allowedTargets turns the refused targets into the labels a run's nodes
