@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
 	"gpud.dev/gpud/internal/testutil/dockerimage"
 )
 
@@ -471,4 +472,56 @@ func TestProcessJobsWorkingDirIsMadeInsideTheirOwnDirectory(t *testing.T) {
 	} {
 		ts.refusedAt(task("refused", extra, "true"), field)
 	}
+}
+
+// A registered host runs privileged jobs only when its admin started
+// `gpud agent --allow-privileged`: the agent reports it, a run that sets
+// privileged is refused while no host it may use allows it, and planned
+// (and sent to the host's Docker, privileged) once one does. (Which hosts
+// of a mixed fleet take it is placement's; here each fleet has one host.)
+func TestRegisteredHostsRunPrivilegedJobsOnlyWithAllowPrivileged(t *testing.T) {
+	bin := staticGpud(t)
+	if err := dockerimage.Build(context.Background(), mustDocker(t)); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServerWith(t, Options{Runtime: "process", RegistrationListen: "127.0.0.1:0"})
+	ca := filepath.Join(ts.opts.DataDir, RegistrationCAFile)
+	register := func(fleet string, args ...string) {
+		ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply",
+			api.ApplyRequest{ConfigurationYAML: "type: fleet\nname: " + fleet + "\nnodes: 0..4\n"}, nil)
+		var tok api.RegistrationToken
+		ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/fleets/"+fleet+"/tokens", nil, &tok)
+		_, out := testutil.RegisteringAgent{Bin: bin, URL: ts.RegistrationURL(), Token: tok.Token, CA: ca, FakeGPUs: "1xA100:40GB",
+			Hostname: fleet + "-host", Args: append([]string{"--runtime", "docker", "--agent-id", fleet + "-" + randomWord(t)}, args...)}.Start(t)
+		testutil.Eventually(t, 60*time.Second, func() error {
+			for _, h := range ts.candidateHosts("main") {
+				if h.fleetName == fleet {
+					return nil
+				}
+			}
+			return fmt.Errorf("the %s host has not registered; its output:\n%s", fleet, out)
+		})
+	}
+	priv := func(fleet string) string {
+		return task("priv-"+fleet, "image: "+dockerimage.Ref+"\nprivileged: true\nfleets: ["+fleet+"]\n", "grep CapEff /proc/self/status")
+	}
+	register("closed")
+	ts.refusedAt(priv("closed"), "privileged", "gpud agent --allow-privileged")
+	register("open", "--allow-privileged")
+	run, out := ts.runOutput("priv-open", priv("open"), "")
+	skipIfEngineRefusesPrivileged(t, run)
+	if run.Status != "done" || len(out) != 1 || !fullCaps(out[0]) {
+		t.Fatalf("run %s (%s), output %q; want every capability", run.Status, run.Reason, out)
+	}
+}
+
+// mustDocker is a Docker client closed when the test ends.
+func mustDocker(t *testing.T) *client.Client {
+	t.Helper()
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }

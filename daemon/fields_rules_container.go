@@ -22,7 +22,7 @@ var containerRules = fieldRules{
 	"docker": {Proof: []string{"daemon.TestDockerInDockerRunsPrivilegedInTheServersDindImage"}, Check: checkDocker,
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "Docker-in-Docker needs a privileged container", Instead: "run on a host with Docker whose admin allows privileged jobs"}}},
 	"dstack": {All: &refusal{Why: "the gpud CLI is not mounted into jobs", Instead: "drop dstack"}},
-	"privileged": {Proof: []string{"daemon.TestPrivilegedRunsOnlyWhereTheHostsAdminAllowsIt"}, Check: checkPrivileged,
+	"privileged": {Proof: []string{"daemon.TestPrivilegedRunsOnlyWhereTheHostsAdminAllowsIt", "daemon.TestRegisteredHostsRunPrivilegedJobsOnlyWithAllowPrivileged"}, Check: checkPrivileged,
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "a process job cannot be privileged", Instead: "run on a host with Docker whose admin allows privileged jobs"}}},
 	"user": {Proof: []string{"daemon.TestDockerJobsRunAsTheirUserInTheirWorkingDirWithTheirShm"},
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "the process runtime runs every job as the user its admin chose", Instead: "run on a host with Docker, or drop user"}}},

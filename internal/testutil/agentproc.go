@@ -48,6 +48,8 @@ func StartRegisteringAgent(t testing.TB, bin, url, token, ca, fakeGPUs string) (
 type RegisteringAgent struct {
 	Bin, URL, Token, CA, FakeGPUs string
 	DataDir, Hostname             string
+	// Args are more flags, after the defaults (a later --runtime wins).
+	Args []string
 }
 
 // Start starts the agent as StartRegisteringAgent does.
@@ -62,6 +64,7 @@ func (a RegisteringAgent) Start(t testing.TB) (*exec.Cmd, *SyncBuffer) {
 	if a.Hostname != "" {
 		args = append(args, "--hostname", a.Hostname)
 	}
+	args = append(args, a.Args...)
 	cmd := exec.Command(a.Bin, args...)
 	cmd.Env = append(os.Environ(), "GPUD_AGENT_TOKEN="+a.Token)
 	cmd.Stdout, cmd.Stderr = &out, &out
