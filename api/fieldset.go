@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/goccy/go-yaml/ast"
 )
 
 // This file lists the fields of each kind's spec by reflection, for the
@@ -204,4 +206,26 @@ func joinPath(path, key string) string {
 		return key
 	}
 	return path + "." + key
+}
+
+// markKey remembers where the key of path is written, for errors about the
+// field that the server finds later (Config.At).
+func (d *decoder) markKey(key ast.Node, path string) {
+	if d.keys == nil {
+		d.keys = map[string]*Error{}
+	}
+	if _, ok := d.keys[path]; ok {
+		return
+	}
+	line, col := position(key)
+	e := &Error{File: d.file, Line: line, Column: col, Path: path}
+	if line > 0 {
+		if d.lines == nil {
+			d.lines = splitLines(string(d.src))
+		}
+		if line <= len(d.lines) {
+			e.Source = d.lines[line-1]
+		}
+	}
+	d.keys[path] = e
 }
