@@ -164,8 +164,8 @@ func diffStruct(v, def reflect.Value, path string, out *[]string) {
 			diffStruct(v.Field(i), def.Field(i), path, out)
 		default:
 			fv, dv := v.Field(i), def.Field(i)
-			if reflect.DeepEqual(fv.Interface(), dv.Interface()) {
-				continue
+			if reflect.DeepEqual(fv.Interface(), dv.Interface()) || emptyList(fv) && emptyList(dv) {
+				continue // an empty list (`regions:` with no value) sets nothing either
 			}
 			p := joinPath(path, name)
 			*out = append(*out, p)
@@ -199,6 +199,11 @@ func diffItems(v, def reflect.Value, path string, out *[]string) {
 	case container(v.Type()):
 		diffStruct(v, def, path, out)
 	}
+}
+
+// emptyList reports whether v is a slice or map without elements (nil or not).
+func emptyList(v reflect.Value) bool {
+	return (v.Kind() == reflect.Slice || v.Kind() == reflect.Map) && v.Len() == 0
 }
 
 func joinPath(path, key string) string {

@@ -6,13 +6,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
 // FuzzParse feeds arbitrary bytes to Parse. Properties: it never panics;
 // it returns either a Config or an ErrorList whose errors have positions
-// inside the input; and a Config's normalized JSON parses back to the same
-// JSON. Seeds: every example in testdata/configs (valid and invalid) plus
+// inside the input; a Config's normalized JSON parses back to the same
+// JSON and sets the same fields (SetFields). Seeds: every example in testdata/configs (valid and invalid) plus
 // the checked-in corpus in testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
 	for _, pattern := range []string{"../testdata/configs/*.yml", "../testdata/configs/invalid/*.yml"} {
@@ -53,6 +54,19 @@ func FuzzParse(f *testing.F) {
 		}
 		if !bytes.Equal(first, second) {
 			t.Fatalf("round trip changed the spec:\n%s\n%s", first, second)
+		}
+		// The fields a configuration sets are the same read from its
+		// normalized JSON (defaults are never "set"), and each is anchored
+		// inside the input.
+		set := SetFields(cfg)
+		if again := SetFields(again); !slices.Equal(set, again) {
+			t.Fatalf("set fields differ after the round trip:\n%v\n%v", set, again)
+		}
+		lines := len(splitLines(string(data)))
+		for _, p := range set {
+			if e := cfg.At(p, "m", ""); e.Line < 0 || e.Line > lines+1 {
+				t.Fatalf("field %s anchored at line %d of %d", p, e.Line, lines)
+			}
 		}
 	})
 }
