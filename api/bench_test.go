@@ -72,3 +72,27 @@ func BenchmarkYAMLOnly200Lines(b *testing.B) {
 	b.ReportMetric(b.Elapsed().Seconds()*1e3/n, "ms/parse")
 	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(time.Millisecond)/n, "cpu-ms/parse")
 }
+
+// BenchmarkSetFields200Lines lists the fields the 200-line service sets
+// (reflection against its kind's defaults): the per-plan cost of the
+// field rules' input, next to BenchmarkParse200Lines.
+func BenchmarkSetFields200Lines(b *testing.B) {
+	data, err := os.ReadFile("testdata/bench-200-lines.yml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := Parse("bench.yml", data)
+	if err != nil {
+		b.Fatalf("benchmark input is invalid: %v", err)
+	}
+	n := len(SetFields(cfg))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if len(SetFields(cfg)) != n {
+			b.Fatal("SetFields changed its answer")
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/config")
+	b.ReportMetric(float64(n), "fields")
+}
