@@ -508,6 +508,12 @@ func TestRegisteredHostsRunPrivilegedJobsOnlyWithAllowPrivileged(t *testing.T) {
 	register("closed")
 	ts.refusedAt(priv("closed"), "privileged", "gpud agent --allow-privileged")
 	register("open", "--allow-privileged")
+	// A run that names no fleet goes only where privileged is allowed:
+	// the scheduler matches the hosts' opt-in, not just the plan.
+	run, _ := ts.runOutput("priv-any", task("priv-any", "image: "+dockerimage.Ref+"\nprivileged: true\n", "true"), "")
+	if len(run.Jobs) != 1 || !strings.Contains(run.Jobs[0].Instance, "open") {
+		t.Errorf("a privileged run without fleets went to %+v, want the host of fleet open", run.Jobs)
+	}
 	run, out := ts.runOutput("priv-open", priv("open"), "")
 	skipIfEngineRefusesPrivileged(t, run)
 	if run.Status != "done" || len(out) != 1 || !fullCaps(out[0]) {

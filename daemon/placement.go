@@ -77,6 +77,14 @@ type hostNeeds struct {
 	// ComputeCapability is the minimum every device must report.
 	ComputeCapability string `json:"compute_capability,omitempty"`
 	DiskMin           int64  `json:"disk_min,omitempty"` // free disk, bytes
+	// Privileged needs a host whose admin allows privileged jobs.
+	Privileged bool `json:"privileged,omitempty"`
+	// Python is the run's python version: a host that runs the job as a
+	// process must have that interpreter. Image says whether the job has
+	// an image (its own or the server's default), which a mixed host
+	// runs in Docker.
+	Python string `json:"python,omitempty"`
+	Image  bool   `json:"image,omitempty"`
 }
 
 // needsOf reads a job's host needs from its resources. The disk is
@@ -255,6 +263,12 @@ func needsMatch(info api.HostInfo, n hostNeeds) bool {
 	if n.DiskMin > 0 && int64(info.DiskFree) < n.DiskMin {
 		return false
 	}
+	if n.Privileged && !info.AllowPrivileged {
+		return false
+	}
+	if n.Python != "" && runtimeOf(info.Runtime, n.Image) == targetProcess && !slices.Contains(info.Pythons, n.Python) {
+		return false
+	}
 	return true
 }
 
@@ -304,6 +318,12 @@ func describe(p runPlacement, needs []hostNeeds) string {
 		}
 		if n.DiskMin > 0 {
 			parts = append(parts, api.Size(n.DiskMin).String()+" of free disk")
+		}
+		if n.Privileged {
+			parts = append(parts, "an admin who allows privileged jobs")
+		}
+		if n.Python != "" {
+			parts = append(parts, "python"+n.Python+" where jobs run as processes")
 		}
 	}
 	return strings.Join(parts, " and ")
