@@ -214,6 +214,9 @@ type fieldVerdict struct {
 // refused everywhere, or on every host the run may use, is an error
 // naming it; fields refused on some targets keep the run off them.
 func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, error) {
+	if cfg.Run() == nil {
+		return fieldVerdict{}, nil // not a run: buildRun answers that
+	}
 	fc := &fieldCheck{srv: s, project: project, cfg: cfg, run: cfg.Run()}
 	fc.image = fc.run.Image != "" || fc.run.Docker || (!s.opts.Embedded && s.opts.DefaultImage != "")
 	fc.hosts = s.candidateHosts(project)

@@ -226,6 +226,12 @@ func TestRefusedFieldsAreRefusedByNameAtPlanTime(t *testing.T) {
 			t.Errorf("%s: the refusal does not name the field with its file and line: %q", key, se.Errors)
 		}
 	}
+	// Another kind posted as a run is a plain 400, never a crash.
+	for _, other := range []string{"type: fleet\nname: f\nnodes: 0..1\n", "type: gateway\nname: g\nbackend: aws\nregion: r\ndomain: d.example\n", "type: queue\nname: q\n"} {
+		if status, se := ts.call(ts.admin, "POST", "/api/v1/projects/main/runs/plan", yamlApply(other), nil); status != 400 {
+			t.Errorf("plan of %q: %d %s, want 400", other, status, se.Error())
+		}
+	}
 	slices.Sort(missing)
 	for _, k := range missing {
 		t.Errorf("field %s is refused on every target but has no sample in refusedSamples to prove the refusal reaches the plan", k)
