@@ -113,7 +113,13 @@ func TestJobsRunUnprivilegedInTheirOwnDirectoryAndSecretsNeverTouchTheDisk(t *te
 		if !slices.Contains(out, "has-secret") {
 			return fmt.Errorf("output %q", out)
 		}
-		cwd = out[1]
+		// pwd's line: stdout and stderr (cat's refusal) are two pipes, so
+		// lines of the two may come in either order.
+		i := slices.IndexFunc(out, func(l string) bool { return strings.HasPrefix(l, "/") })
+		if i < 0 {
+			return fmt.Errorf("no working directory in the output %q", out)
+		}
+		cwd = out[i]
 		return nil
 	})
 	if hits := filesHolding(t, dataDir, secret); len(hits) > 0 {
