@@ -14,7 +14,10 @@
 // state machines and policies; hosts (hosts_*.go) connects the local
 // agent, SSH fleets and registration tunnels and handles lost hosts. Server
 // itself keeps the wiring and lifecycle, routing and authentication, and
-// the shared store, spec-cache and clock helpers.
+// the shared store, spec-cache and clock helpers. Beside them, the field
+// rules (fields*.go) hold DESIGN.md §12's contract — every configuration
+// field takes effect or the plan refuses it by name — and placement
+// (placement*.go) matches runs to the hosts that can honour them.
 //
 // daemon is the only package that imports store, sched and agent together.
 // Nothing in gpud imports daemon except the command line (cli/); the
