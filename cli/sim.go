@@ -20,6 +20,7 @@ func simCommand() *cli.Command {
 		ArgsUsage: "SCENARIO.yml",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the state after the last cycle as JSON"},
+			&cli.BoolFlag{Name: "cycles", Usage: "with --json, print a list of states, one after each cycle"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -34,13 +35,16 @@ func simCommand() *cli.Command {
 			if c.Bool("json") {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
+				if c.Bool("cycles") {
+					return enc.Encode(res.Cycles)
+				}
 				return enc.Encode(res.Final)
 			}
 			if err := scenario.WriteText(out, res); err != nil {
 				return fmt.Errorf("sim: %w", err)
 			}
-			if diffs := scenario.Check(s, res.Final); len(diffs) > 0 {
-				return invalidInput(errors.New("expect: " + strings.Join(diffs, "\nexpect: ")))
+			if diffs := scenario.CheckRun(s, res); len(diffs) > 0 {
+				return invalidInput(errors.New(strings.Join(diffs, "\n")))
 			} else if s.HasExpect {
 				fmt.Fprintln(out, "expect: ok")
 			}

@@ -7,25 +7,47 @@ import (
 	"sort"
 )
 
+// CheckRun compares a run with the scenario's expectations: each
+// expect_cycles entry with the state after that cycle (its lines start
+// expect_cycles.N), then expect: with the state after the last cycle.
+func CheckRun(s *Scenario, res Result) []string {
+	var diffs []string
+	for _, n := range sortedInts(s.ExpectCycles) {
+		if n < 1 || n > len(res.Cycles) {
+			diffs = append(diffs, fmt.Sprintf("expect_cycles.%d: the run has %d cycles", n, len(res.Cycles)))
+			continue
+		}
+		checkState(fmt.Sprintf("expect_cycles.%d", n), s.ExpectCycles[n], res.Cycles[n-1], &diffs)
+	}
+	return append(diffs, Check(s, res.Final)...)
+}
+
 // Check compares the state with the scenario's expect: block and returns
 // one line per difference. Maps match partially (keys the expectation
 // leaves out are not checked); lists must have the same length and match
 // element by element; numbers match within 0.001.
 func Check(s *Scenario, st State) []string {
-	if !s.HasExpect {
+	if s.Expect == nil {
 		return nil
 	}
+	var diffs []string
+	checkState("expect", s.Expect, st, &diffs)
+	return diffs
+}
+
+// checkState matches one expectation against a state in its JSON form.
+func checkState(path string, want any, st State, diffs *[]string) {
 	data, err := json.Marshal(st)
 	if err != nil {
-		return []string{fmt.Sprintf("encode state: %v", err)}
+		*diffs = append(*diffs, fmt.Sprintf("encode state: %v", err))
+		return
 	}
 	var got any
 	if err := json.Unmarshal(data, &got); err != nil {
-		return []string{fmt.Sprintf("decode state: %v", err)}
+		*diffs = append(*diffs, fmt.Sprintf("decode state: %v", err))
+		return
 	}
-	var diffs []string
-	match("expect", s.Expect, got, &diffs)
-	return diffs
+	match(path, want, got, diffs)
 }
 
 func match(path string, want, got any, diffs *[]string) {

@@ -9,6 +9,7 @@ import (
 )
 
 func (b *builder) jobs(snap *sched.Snapshot, jobs []fileJob) {
+	var todo []unplacedDevices
 	seen := map[string]bool{}
 	queues := map[string]bool{}
 	nodes := map[string]bool{}
@@ -57,8 +58,11 @@ func (b *builder) jobs(snap *sched.Snapshot, jobs []fileJob) {
 		}
 		for k, t := range j.Tasks {
 			tp := fmt.Sprintf("%s.tasks[%d]", p, k)
-			task := b.task(tp, t, nodes)
+			task, pick := b.task(tp, t, nodes)
 			for c := 0; c < max(t.Count, 1); c++ {
+				if pick {
+					todo = append(todo, unplacedDevices{path: tp, job: len(snap.Jobs), task: len(job.Tasks)})
+				}
 				task.Devices = slices.Clone(task.Devices)
 				job.Tasks = append(job.Tasks, task)
 			}
@@ -74,6 +78,7 @@ func (b *builder) jobs(snap *sched.Snapshot, jobs []fileJob) {
 		}
 		snap.Jobs = append(snap.Jobs, job)
 	}
+	b.assignDevices(snap, todo)
 }
 
 func (b *builder) checkTopology(p string, snap *sched.Snapshot, tc sched.TopologyConstraint) {
@@ -89,8 +94,10 @@ func (b *builder) checkTopology(p string, snap *sched.Snapshot, tc sched.Topolog
 	}
 }
 
-func (b *builder) task(p string, t fileTask, nodes map[string]bool) sched.Task {
-	task := sched.Task{
+// task reads one task; pick reports a running or releasing task that
+// names no devices, whose devices the loader assigns (assignDevices).
+func (b *builder) task(p string, t fileTask, nodes map[string]bool) (task sched.Task, pick bool) {
+	task = sched.Task{
 		GPU: b.milli(p+".gpu", t.GPU, 0), GPUName: t.GPUName, MIG: t.MIG, MPS: t.MPS,
 		GPUMemory: b.size(p+".gpu_memory", t.GPUMemory, 0),
 		CPU:       b.milli(p+".cpu", t.CPU, 0),
@@ -127,13 +134,15 @@ func (b *builder) task(p string, t fileTask, nodes map[string]bool) sched.Task {
 		if task.GPU == 0 {
 			want = 0
 		}
-		if len(task.Devices) != want {
+		if len(task.Devices) == 0 && want > 0 {
+			pick = true
+		} else if len(task.Devices) != want {
 			b.fail(p+".devices", "%v: a task with gpu %v runs on %d device(s)", task.Devices, t.GPU, want)
 		}
 	} else if t.Node != "" || t.Device != nil || len(t.Devices) > 0 {
 		b.fail(p+".node", "a pending task has no node or devices")
 	}
-	return task
+	return task, pick
 }
 
 func (b *builder) usage(snap *sched.Snapshot, f *file) {

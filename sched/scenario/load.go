@@ -24,6 +24,9 @@ type Scenario struct {
 	TaskStatus  [][]string    // per job, per task: the status as written
 	Expect      any           // the file's expect: block, if any
 	HasExpect   bool
+	// ExpectCycles holds the file's expect_cycles: block: by cycle number
+	// (1 is the first), what the state after that cycle must match.
+	ExpectCycles map[int]any
 }
 
 type fileNode struct {
@@ -131,7 +134,8 @@ type file struct {
 		StaleGangGrace string            `yaml:"stale_gang_grace"`
 		CycleLength    string            `yaml:"cycle_length"`
 	} `yaml:"run"`
-	Expect any `yaml:"expect"`
+	Expect       any         `yaml:"expect"`
+	ExpectCycles map[int]any `yaml:"expect_cycles"`
 }
 
 // LoadFile reads and validates a scenario file.
@@ -175,6 +179,13 @@ func build(fp *file) (*Scenario, error) {
 	b.jobs(snap, f.Jobs)
 	b.usage(snap, &f)
 	b.run(s, &f)
+	for _, n := range sortedInts(f.ExpectCycles) {
+		if n < 1 || n > s.Cycles {
+			b.fail(fmt.Sprintf("expect_cycles.%d", n), "no such cycle: run.cycles is %d, cycles count from 1", s.Cycles)
+		}
+	}
+	s.ExpectCycles = f.ExpectCycles
+	s.HasExpect = s.HasExpect || len(f.ExpectCycles) > 0
 	if len(b.errs) > 0 {
 		return nil, errors.Join(b.errs...)
 	}

@@ -86,3 +86,44 @@ jobs: [{name: j, queue: a, priority: build-preemptible, tasks: [{gpu: 1, count: 
 		t.Errorf("run defaults: cycles %d, grace %v", s.Cycles, s.Snapshot.Policy.StaleGangGrace)
 	}
 }
+
+// TestLoaderAssignsDevicesToRunningTasks checks that running and releasing
+// tasks may leave out their devices: whole GPUs take the lowest free
+// indices around the ones named, fractions the first device with room.
+func TestLoaderAssignsDevicesToRunningTasks(t *testing.T) {
+	s, err := Parse([]byte(`
+nodes: [{name: n0, gpus: 5}, {name: n1, gpus: 2, mig: {1g.10gb: 2}}]
+queues: [{name: a}]
+jobs:
+  - {name: named, queue: a, tasks: [{gpu: 1, status: running, node: n0, device: 1}]}
+  - {name: whole, queue: a, tasks: [{gpu: 2, status: running, node: n0}]}
+  - {name: half, queue: a, tasks: [{gpu: 0.5, status: releasing, node: n0, count: 3}]}
+  - {name: mig, queue: a, tasks: [{gpu: 1, mig: 1g.10gb, status: running, node: n1}]}
+  - {name: cpu, queue: a, tasks: [{cpu: 2, status: running, node: n1}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][][]int{}
+	for _, j := range s.Snapshot.Jobs {
+		for _, task := range j.Tasks {
+			got[j.Name] = append(got[j.Name], task.Devices)
+		}
+	}
+	want := `{"cpu":[null],"half":[[3],[3],[4]],"mig":[[2]],"named":[[1]],"whole":[[0,2]]}`
+	if show(got) != want {
+		t.Errorf("devices:\n got %s\nwant %s", show(got), want)
+	}
+}
+
+// TestLoaderRefusesRunningTasksWithoutRoom checks that a device-less
+// running task on a full node is an error naming the task and the fix.
+func TestLoaderRefusesRunningTasksWithoutRoom(t *testing.T) {
+	_, err := Parse([]byte(`
+nodes: [{name: n0, gpus: 2}]
+queues: [{name: a}]
+jobs:
+  - {name: j, queue: a, tasks: [{gpu: 1, status: running, node: n0, count: 3}]}`))
+	if err == nil || !strings.Contains(err.Error(), "jobs[0].tasks[0].devices: node n0 has 0 free device(s) for this task, it needs 1") {
+		t.Fatalf("err = %v", err)
+	}
+}

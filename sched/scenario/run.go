@@ -7,11 +7,13 @@ import (
 	"gpud.dev/gpud/sched"
 )
 
-// Result is the outcome of a scenario run: every cycle's plan and the state
-// after the last one.
+// Result is the outcome of a scenario run: every cycle's plan, the state
+// each cycle leaves, and the state after the last one (Final is the last
+// of Cycles).
 type Result struct {
-	Plans []sched.Plan
-	Final State
+	Plans  []sched.Plan
+	Cycles []State
+	Final  State
 }
 
 // State is the --json contract: jobs and queues after the last cycle.
@@ -20,44 +22,50 @@ type State struct {
 	Queues map[string]QueueState `json:"queues"`
 }
 
-// JobState is one job after the last cycle. Status is running, pipelined,
-// evicted, pending or releasing when every task agrees, else mixed.
+// JobState is one job after a cycle. Status is running, pipelined,
+// evicted, pending, releasing or finished when every task agrees, else
+// mixed.
 type JobState struct {
 	Status string      `json:"status"`
 	Reason string      `json:"reason,omitempty"`
 	Tasks  []TaskState `json:"tasks"`
 }
 
-// TaskState is one task after the last cycle; evicted marks a victim of
-// the last cycle.
+// TaskState is one task after a cycle; evicted marks a victim of that
+// cycle, finished a task that stopped releasing in an earlier one (listed
+// after the job's other tasks).
 type TaskState struct {
 	Status  string `json:"status"`
 	Node    string `json:"node,omitempty"`
 	Devices []int  `json:"devices,omitempty"`
 }
 
-// QueueState is a queue's fair share and allocation after the last cycle:
-// gpu in devices, cpu in cores, memory in GB.
+// QueueState is a queue's fair share and allocation after a cycle: gpu in
+// devices, cpu in cores, memory in GB.
 type QueueState struct {
 	FairShare map[string]float64 `json:"fair_share"`
 	Allocated map[string]float64 `json:"allocated"`
 }
 
-// Run runs the scenario's cycles. Between cycles placed tasks start
-// running, pipelined and evicted tasks go back to pending, releasing
-// tasks finish, and running tasks age by the cycle length.
+// Run runs the scenario's cycles. Between two cycles the simulated cluster
+// carries out the plan as a cluster does (advance): victims terminate and
+// their jobs wait again, releasing tasks finish, tasks placed now start
+// running, pipelined tasks bind and run once the capacity they wait for is
+// free, and running tasks age by the cycle length.
 func Run(s *Scenario) Result {
 	snap := cloneSnapshot(&s.Snapshot)
+	finished := make([]int, len(snap.Jobs)) // per job, tasks that finished
 	var res Result
 	var plan sched.Plan
 	for cycle := 0; cycle < s.Cycles; cycle++ {
 		if cycle > 0 {
-			advance(snap, &plan, s)
+			advance(snap, &plan, s, finished)
 		}
 		plan = sched.Schedule(snap)
 		res.Plans = append(res.Plans, plan)
+		res.Cycles = append(res.Cycles, stateAfter(snap, &plan, finished))
 	}
-	res.Final = finalState(snap, &plan)
+	res.Final = res.Cycles[len(res.Cycles)-1]
 	return res
 }
 
@@ -71,8 +79,13 @@ func cloneSnapshot(s *sched.Snapshot) *sched.Snapshot {
 	return &c
 }
 
-// advance applies a plan to the snapshot as the cluster would carry it out.
-func advance(snap *sched.Snapshot, plan *sched.Plan, s *Scenario) {
+// advance applies a plan to the snapshot as the cluster would carry it
+// out before the next cycle (KAI's cluster between two sessions): evicted
+// tasks terminate, so they free their capacity and wait as pending again;
+// releasing tasks finish and leave; tasks bound now run; then each job's
+// pipelined tasks bind together where the freed capacity now holds them
+// all, else they wait as pending for the next cycle to place again.
+func advance(snap *sched.Snapshot, plan *sched.Plan, s *Scenario, finished []int) {
 	byName := map[string]int{}
 	for i := range snap.Jobs {
 		byName[snap.Jobs[i].Name] = i
@@ -81,22 +94,43 @@ func advance(snap *sched.Snapshot, plan *sched.Plan, s *Scenario) {
 		t := &snap.Jobs[byName[e.Job]].Tasks[e.Task]
 		*t = pendingCopy(t)
 	}
+	pipelined := map[int][]sched.Placement{}
 	for _, p := range plan.Placements {
-		t := &snap.Jobs[byName[p.Job]].Tasks[p.Task]
+		j := byName[p.Job]
+		t := &snap.Jobs[j].Tasks[p.Task]
 		if p.Pipelined {
 			*t = pendingCopy(t)
+			pipelined[j] = append(pipelined[j], p)
 			continue
 		}
 		t.Status, t.Node, t.Devices, t.Runtime = sched.Running, p.Node, p.Devices, 0
+	}
+	// Releasing tasks finish. A task index is kept until the job's
+	// pipelined placements are bound, so drop finished tasks last.
+	for i := range snap.Jobs {
+		for k := range snap.Jobs[i].Tasks {
+			if t := &snap.Jobs[i].Tasks[k]; t.Status == sched.Running {
+				t.Runtime += s.CycleLength
+			}
+		}
+	}
+	free := newCapacity(snap)
+	for _, j := range sortedInts(pipelined) {
+		if !free.holds(snap, j, pipelined[j]) {
+			continue // stays pending: the next cycle places it again
+		}
+		for _, p := range pipelined[j] {
+			t := &snap.Jobs[j].Tasks[p.Task]
+			t.Status, t.Node, t.Devices, t.Runtime = sched.Running, p.Node, slices.Clone(p.Devices), 0
+			free.take(t)
+		}
 	}
 	for i := range snap.Jobs {
 		tasks := snap.Jobs[i].Tasks[:0]
 		for _, t := range snap.Jobs[i].Tasks {
 			if t.Status == sched.Releasing {
-				continue // finished terminating
-			}
-			if t.Status == sched.Running {
-				t.Runtime += s.CycleLength
+				finished[i]++
+				continue
 			}
 			tasks = append(tasks, t)
 		}
@@ -128,8 +162,8 @@ func pendingCopy(t *sched.Task) sched.Task {
 	return c
 }
 
-// finalState reports the snapshot as the last plan leaves it.
-func finalState(snap *sched.Snapshot, plan *sched.Plan) State {
+// stateAfter reports the snapshot as a cycle's plan leaves it.
+func stateAfter(snap *sched.Snapshot, plan *sched.Plan, finished []int) State {
 	st := State{Jobs: map[string]JobState{}, Queues: map[string]QueueState{}}
 	type key struct {
 		job  string
@@ -143,7 +177,7 @@ func finalState(snap *sched.Snapshot, plan *sched.Plan) State {
 	for _, e := range plan.Evictions {
 		evicted[key{e.Job, e.Task}] = true
 	}
-	for _, j := range snap.Jobs {
+	for ji, j := range snap.Jobs {
 		js := JobState{Reason: plan.Pending[j.Name]}
 		for i, t := range j.Tasks {
 			ts := TaskState{Status: t.Status.String(), Node: t.Node, Devices: t.Devices}
@@ -156,6 +190,9 @@ func finalState(snap *sched.Snapshot, plan *sched.Plan) State {
 				ts = TaskState{Status: "evicted"}
 			}
 			js.Tasks = append(js.Tasks, ts)
+		}
+		for range finished[ji] {
+			js.Tasks = append(js.Tasks, TaskState{Status: "finished"})
 		}
 		js.Status = jobStatus(js.Tasks)
 		st.Jobs[j.Name] = js

@@ -36,7 +36,7 @@ func TestScenarios(t *testing.T) {
 				t.Fatal("the scenario has no expect: block")
 			}
 			res := Run(s)
-			for _, d := range Check(s, res.Final) {
+			for _, d := range CheckRun(s, res) {
 				t.Error(d)
 			}
 			again := Run(s)
