@@ -87,7 +87,7 @@ func (c *cycle) computeFairShare() {
 		total[CPU] += ns.node.CPU
 		total[Memory] += ns.node.Memory
 	}
-	usage := c.decayedUsage()
+	usage := c.normalizedUsage(total)
 	var top []int
 	for i := range c.queues {
 		if c.queues[i].parent < 0 {
@@ -95,37 +95,6 @@ func (c *cycle) computeFairShare() {
 		}
 	}
 	c.divide(top, total, usage)
-}
-
-// decayedUsage sums each queue's usage records (its own and its
-// descendants'), halving per half-life and dropping those past the window.
-func (c *cycle) decayedUsage() [][NumResources]float64 {
-	u := c.snap.Usage
-	out := make([][NumResources]float64, len(c.queues))
-	if u.K == 0 || len(u.Queues) == 0 {
-		return out
-	}
-	for name, recs := range u.Queues {
-		q, ok := c.queueBy[name]
-		if !ok {
-			continue
-		}
-		for _, rec := range recs {
-			if u.Window > 0 && rec.Age > u.Window {
-				continue
-			}
-			f := 1.0
-			if u.HalfLife > 0 {
-				f = math.Exp2(-float64(rec.Age) / float64(u.HalfLife))
-			}
-			for _, a := range c.queues[q].path {
-				for r := range rec.Hours {
-					out[a][r] += rec.Hours[r] * f
-				}
-			}
-		}
-	}
-	return out
 }
 
 // divide hands avail to sibling queues and recurses into each.
@@ -147,117 +116,25 @@ func capOf(v int64) int64 {
 	return v
 }
 
-// divideResource: deserved first (capped by request and limit), then the
-// rest by over-quota weight within priority groups, highest first, in
-// whole units; the last units go one at a time to the queue furthest
-// below its weighted share.
+// divideResource: deserved first, min(quota, request, limit) for each
+// queue even when the quotas add up to more than the parent holds (KAI's
+// setDeservedResource), then what remains over quota (divideOverQuota).
 func (c *cycle) divideResource(sibs []int, r Resource, avail int64, usage [][NumResources]float64) {
 	order := slices.Clone(sibs)
 	slices.SortStableFunc(order, func(a, b int) int { return c.queues[b].q.Priority - c.queues[a].q.Priority })
-	want := func(q int) int64 {
-		qs := &c.queues[q]
-		return min(qs.request[r], capOf(qs.limit[r]))
-	}
+	total := max(avail, 0)
 	for _, q := range order {
 		qs := &c.queues[q]
-		give := min(capOf(qs.quota[r]), want(q), avail)
-		qs.fair[r] = max(give, 0)
+		quota := capOf(qs.quota[r])
+		if qs.quota[r] == Unlimited {
+			quota = total
+		}
+		qs.fair[r] = max(min(quota, qs.request[r], capOf(qs.limit[r])), 0)
 		avail -= qs.fair[r]
 	}
-	unit := r.Unit()
-	for g := 0; g < len(order) && avail > 0; {
-		prio := c.queues[order[g]].q.Priority
-		end := g
-		for end < len(order) && c.queues[order[end]].q.Priority == prio {
-			end++
-		}
-		group := order[g:end]
-		g = end
-		weights := c.adjustedWeights(group, r, usage)
-		for avail > 0 {
-			var open []int
-			var sumW float64
-			for k, q := range group {
-				if want(q) > c.queues[q].fair[r] {
-					open = append(open, k)
-					sumW += weights[k]
-				}
-			}
-			if len(open) == 0 {
-				break
-			}
-			round := avail
-			gave := false
-			for _, k := range open {
-				q := group[k]
-				portion := int64(math.Floor(float64(round)*weights[k]/sumW/float64(unit))) * unit
-				portion = min(portion, want(q)-c.queues[q].fair[r], avail)
-				if portion > 0 {
-					c.queues[q].fair[r] += portion
-					avail -= portion
-					gave = true
-				}
-			}
-			if gave {
-				continue
-			}
-			// Less than a unit each: one unit at a time, to the queue with
-			// the least over-quota share per weight.
-			best := -1
-			var bestRatio float64
-			for _, k := range open {
-				q := group[k]
-				over := float64(c.queues[q].fair[r]-min(capOf(c.queues[q].quota[r]), c.queues[q].fair[r])) / max(weights[k], 1e-9)
-				if best < 0 || over < bestRatio {
-					best, bestRatio = k, over
-				}
-			}
-			q := group[best]
-			give := min(unit, want(q)-c.queues[q].fair[r], avail)
-			c.queues[q].fair[r] += give
-			avail -= give
-		}
+	if avail > 0 {
+		c.divideOverQuota(order, r, avail, usage)
 	}
-}
-
-// adjustedWeights returns each queue's over-quota weight as a fraction of
-// the group's, moved by k times the gap between that fraction and the
-// queue's fraction of the group's decayed usage (never below zero).
-func (c *cycle) adjustedWeights(group []int, r Resource, usage [][NumResources]float64) []float64 {
-	w := make([]float64, len(group))
-	var sumW, sumU float64
-	for k, q := range group {
-		w[k] = max(c.queues[q].weight[r], 0)
-		sumW += w[k]
-		sumU += usage[q][r]
-	}
-	if sumW == 0 {
-		for k := range w {
-			w[k] = 1
-		}
-		sumW = float64(len(w))
-	}
-	kf := c.snap.Usage.K
-	adjusted := false
-	for k, q := range group {
-		w[k] /= sumW
-		if sumU > 0 && kf != 0 {
-			w[k] = max(w[k]+kf*(w[k]-usage[q][r]/sumU), 0)
-			adjusted = true
-		}
-	}
-	if adjusted {
-		var s float64
-		for _, x := range w {
-			s += x
-		}
-		if s == 0 {
-			for k := range w {
-				w[k] = 1
-			}
-		}
-	}
-	return w
 }
 
 // minRuntime is how long a victim must have run before action a may take it.

@@ -233,10 +233,13 @@ type UsageRecord struct {
 // Usage configures time-based fair share: decayed historical usage shifts
 // over-quota weight away from queues that used more than their weight.
 type Usage struct {
-	Window   time.Duration // records older than this are ignored; 0: none are
+	Window   time.Duration // records older than this are ignored; 0: DefaultUsageWindow
 	HalfLife time.Duration // 0: no decay
 	K        float64       // strength of the correction; 0 turns it off
 	Queues   map[string][]UsageRecord
+	// Capacity is the cluster's capacity-hours, recorded like Queues, that
+	// usage is normalized to; empty: today's capacity over the whole window.
+	Capacity []UsageRecord
 }
 
 // Action is one step of a scheduling cycle.
