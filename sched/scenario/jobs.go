@@ -156,6 +156,12 @@ func (b *builder) usage(snap *sched.Snapshot, f *file) {
 	if len(f.Usage.Queues) > 0 {
 		u.Queues = map[string][]sched.UsageRecord{}
 	}
+	for i, r := range f.Usage.Capacity {
+		u.Capacity = append(u.Capacity, sched.UsageRecord{
+			Age:   b.duration(fmt.Sprintf("usage.capacity[%d].age", i), r.Age),
+			Hours: [sched.NumResources]float64{r.GPUHours, r.CPUHours, r.MemoryHours},
+		})
+	}
 	for name, recs := range f.Usage.Queues {
 		for i, r := range recs {
 			u.Queues[name] = append(u.Queues[name], sched.UsageRecord{

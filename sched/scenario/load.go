@@ -126,6 +126,7 @@ type file struct {
 		HalfLife string                  `yaml:"half_life"`
 		K        *float64                `yaml:"k"`
 		Queues   map[string]usageEntries `yaml:"queues"`
+		Capacity usageEntries            `yaml:"capacity"`
 	} `yaml:"usage"`
 	Run struct {
 		Actions        []string          `yaml:"actions"`
