@@ -210,12 +210,17 @@ func (c *cycle) findHostOnly(t *Task, dom, set bitset, m mode) (int, []int) {
 	return best, []int{}
 }
 
-// findReleasing places a task onto nodes whose capacity is being freed.
+// findReleasing places a task onto nodes whose capacity is being freed:
+// among those where it fits, the scorer's choice by the capacity that is
+// free or being freed (KAI's nodeplacement ranks pipelining candidates by
+// idle + releasing; see pipeline.go).
 func (c *cycle) findReleasing(t *Task, dom bitset) (int, []int) {
 	if t.GPU == 0 {
 		return c.findHostOnly(t, dom, c.idx.rel, freeSoon)
 	}
 	classes := c.matchingClasses(t)
+	best, bestDevs := -1, []int(nil)
+	var bestRoom int64
 	for n := c.idx.rel.next(0, dom); n >= 0; n = c.idx.rel.next(n+1, dom) {
 		ns := &c.nodes[n]
 		if !ns.fitsHost(t, freeSoon) {
@@ -226,11 +231,14 @@ func (c *cycle) findReleasing(t *Task, dom bitset) (int, []int) {
 				continue
 			}
 			if devs := c.pickDevices(n, t, cl, freeSoon); devs != nil {
-				return n, devs
+				if room := c.releasingRoom(n, t, classes); best < 0 || c.gpu.before(room, bestRoom) {
+					best, bestDevs, bestRoom = n, devs, room
+				}
+				break
 			}
 		}
 	}
-	return -1, nil
+	return best, bestDevs
 }
 
 // placeTasks places the given tasks of job j inside dom, all or none,
@@ -242,9 +250,16 @@ func (c *cycle) placeTasks(j int, tasks []int, dom bitset, allow mode, a Action)
 	js := &c.jobs[j]
 	for i, t := range tasks {
 		task := &js.job.Tasks[t]
-		n, devs := c.findNode(task, dom, freeNow)
-		pipelined := false
-		if n < 0 && allow == freeSoon {
+		n, devs, pipelined := -1, []int(nil), false
+		if allow == freeSoon && task.GPU > 0 && task.GPU < OneGPU && c.gpu.partialFirst() {
+			n, devs, pipelined = c.findSharedReleasing(task, dom)
+		}
+		if n < 0 && a == Consolidate && allow == freeSoon {
+			n, devs, pipelined = c.findRanked(j, t, dom)
+		} else if n < 0 {
+			n, devs = c.findNode(task, dom, freeNow)
+		}
+		if n < 0 && allow == freeSoon && a != Consolidate {
 			n, devs = c.findNode(task, dom, freeSoon)
 			pipelined = true
 		}
@@ -262,6 +277,12 @@ func (c *cycle) placeTasks(j int, tasks []int, dom bitset, allow mode, a Action)
 // required level's. On failure it returns the most tasks any allowed
 // domain could hold, for the reason.
 func (c *cycle) placeGang(j int, tasks []int, allow mode, a Action) (best int, ok bool) {
+	mark := len(c.log)
+	defer func() {
+		if ok {
+			c.pipelineGang(j, mark)
+		}
+	}()
 	tc := c.jobs[j].job.Topology
 	if tc.Name == "" || (tc.Required == "" && tc.Preferred == "") {
 		return c.placeTasks(j, tasks, nil, allow, a)
