@@ -199,9 +199,13 @@ func (b *builder) run(s *Scenario, f *file) {
 			b.fail("run.placement."+k, "use gpu or cpu")
 		}
 	}
-	pol.StaleGangGrace = b.duration("run.stale_gang_grace", f.Run.StaleGangGrace)
-	if f.Run.StaleGangGrace == "" {
+	switch f.Run.StaleGangGrace {
+	case "":
 		pol.StaleGangGrace = 60e9
+	case "never": // KAI: a negative staleness grace period turns eviction off
+		pol.StaleGangGrace = -1
+	default:
+		pol.StaleGangGrace = b.duration("run.stale_gang_grace", f.Run.StaleGangGrace)
 	}
 	s.CycleLength = b.duration("run.cycle_length", f.Run.CycleLength)
 	if f.Run.CycleLength == "" {
