@@ -63,3 +63,30 @@ func TestSimJSONContract(t *testing.T) {
 		t.Errorf("queue b = %+v, want fair share and allocation of 6 GPUs", q)
 	}
 }
+
+// TestSimPrintsEveryCycle checks --json --cycles: one state per cycle, so
+// a reclaim shows the victim evicted in the first and pending in the
+// second, with the running tasks' devices picked by the loader.
+func TestSimPrintsEveryCycle(t *testing.T) {
+	stdout := mustRunCLI(t, "sim", "--json", "--cycles", "../testdata/sched/sim-reclaim-converges.yaml")
+	var got []struct {
+		Jobs map[string]struct {
+			Status string `json:"status"`
+			Tasks  []struct {
+				Devices []int `json:"devices"`
+			} `json:"tasks"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatalf("decode: %v\n%s", err, stdout)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d states, want one per cycle (3)", len(got))
+	}
+	if got[0].Jobs["b4"].Status != "evicted" || got[1].Jobs["b4"].Status != "pending" || got[1].Jobs["a1"].Status != "running" {
+		t.Errorf("b4 %q then %q, a1 then %q: want evicted, pending, running", got[0].Jobs["b4"].Status, got[1].Jobs["b4"].Status, got[1].Jobs["a1"].Status)
+	}
+	if d := got[0].Jobs["b2"].Tasks[0].Devices; len(d) != 2 || d[0] != 2 || d[1] != 3 {
+		t.Errorf("b2 runs on devices %v, want [2 3] (assigned in file order)", d)
+	}
+}
