@@ -89,4 +89,10 @@ func TestSimPrintsEveryCycle(t *testing.T) {
 	if d := got[0].Jobs["b2"].Tasks[0].Devices; len(d) != 2 || d[0] != 2 || d[1] != 3 {
 		t.Errorf("b2 runs on devices %v, want [2 3] (assigned in file order)", d)
 	}
+	text := mustRunCLI(t, "sim", "../testdata/sched/sim-reclaim-converges.yaml")
+	for _, want := range []string{"before cycle 2:\n    b4 task 0 terminated on n0 and waits again\n    a1 task 0 bound on n0 devices 6,7 and runs", "expect: ok"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("sim output lacks %q:\n%s", want, text)
+		}
+	}
 }

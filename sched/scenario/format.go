@@ -10,7 +10,8 @@ import (
 )
 
 // WriteText writes the human form of a run: per cycle a table of
-// placements, evictions and fair shares, then why each job still waits.
+// placements, evictions and fair shares, why each job still waits, and
+// what the cluster did before the next cycle.
 func WriteText(w io.Writer, res Result) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for i, p := range res.Plans {
@@ -44,6 +45,12 @@ func WriteText(w io.Writer, res Result) error {
 		sort.Strings(names)
 		for _, name := range names {
 			fmt.Fprintf(tw, "  pending %s: %s\n", name, p.Pending[name])
+		}
+		if i < len(res.Between) && len(res.Between[i]) > 0 {
+			fmt.Fprintf(tw, "  before cycle %d:\n", i+2)
+			for _, e := range res.Between[i] {
+				fmt.Fprintf(tw, "    %s\n", e)
+			}
 		}
 		fmt.Fprintln(tw)
 	}

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
@@ -14,6 +15,10 @@ type Result struct {
 	Plans  []sched.Plan
 	Cycles []State
 	Final  State
+	// Between holds, for each cycle but the last, what the cluster did
+	// before the next one: victims terminated, releasing tasks finished,
+	// pipelined tasks bound (or left waiting).
+	Between [][]string
 }
 
 // State is the --json contract: jobs and queues after the last cycle.
@@ -59,7 +64,7 @@ func Run(s *Scenario) Result {
 	var plan sched.Plan
 	for cycle := 0; cycle < s.Cycles; cycle++ {
 		if cycle > 0 {
-			advance(snap, &plan, s, finished)
+			res.Between = append(res.Between, advance(snap, &plan, s, finished))
 		}
 		plan = sched.Schedule(snap)
 		res.Plans = append(res.Plans, plan)
@@ -84,8 +89,10 @@ func cloneSnapshot(s *sched.Snapshot) *sched.Snapshot {
 // tasks terminate, so they free their capacity and wait as pending again;
 // releasing tasks finish and leave; tasks bound now run; then each job's
 // pipelined tasks bind together where the freed capacity now holds them
-// all, else they wait as pending for the next cycle to place again.
-func advance(snap *sched.Snapshot, plan *sched.Plan, s *Scenario, finished []int) {
+// all, else they wait as pending for the next cycle to place again. It
+// returns one line per change that is not a plain start.
+func advance(snap *sched.Snapshot, plan *sched.Plan, s *Scenario, finished []int) []string {
+	var events []string
 	byName := map[string]int{}
 	for i := range snap.Jobs {
 		byName[snap.Jobs[i].Name] = i
@@ -93,6 +100,7 @@ func advance(snap *sched.Snapshot, plan *sched.Plan, s *Scenario, finished []int
 	for _, e := range plan.Evictions {
 		t := &snap.Jobs[byName[e.Job]].Tasks[e.Task]
 		*t = pendingCopy(t)
+		events = append(events, fmt.Sprintf("%s task %d terminated on %s and waits again", e.Job, e.Task, e.Node))
 	}
 	pipelined := map[int][]sched.Placement{}
 	for _, p := range plan.Placements {
@@ -109,20 +117,26 @@ func advance(snap *sched.Snapshot, plan *sched.Plan, s *Scenario, finished []int
 	// pipelined placements are bound, so drop finished tasks last.
 	for i := range snap.Jobs {
 		for k := range snap.Jobs[i].Tasks {
-			if t := &snap.Jobs[i].Tasks[k]; t.Status == sched.Running {
+			switch t := &snap.Jobs[i].Tasks[k]; t.Status {
+			case sched.Running:
 				t.Runtime += s.CycleLength
+			case sched.Releasing:
+				events = append(events, fmt.Sprintf("%s task %d finished releasing on %s", snap.Jobs[i].Name, k, t.Node))
 			}
 		}
 	}
 	free := newCapacity(snap)
 	for _, j := range sortedInts(pipelined) {
 		if !free.holds(snap, j, pipelined[j]) {
-			continue // stays pending: the next cycle places it again
+			// Stays pending: the next cycle places it again.
+			events = append(events, fmt.Sprintf("%s waits: the capacity it was pipelined onto is not free yet", snap.Jobs[j].Name))
+			continue
 		}
 		for _, p := range pipelined[j] {
 			t := &snap.Jobs[j].Tasks[p.Task]
 			t.Status, t.Node, t.Devices, t.Runtime = sched.Running, p.Node, slices.Clone(p.Devices), 0
 			free.take(t)
+			events = append(events, fmt.Sprintf("%s task %d bound on %s devices %s and runs", snap.Jobs[j].Name, p.Task, p.Node, ints(p.Devices)))
 		}
 	}
 	for i := range snap.Jobs {
@@ -154,6 +168,7 @@ func advance(snap *sched.Snapshot, plan *sched.Plan, s *Scenario, finished []int
 			j.StaleFor = 0
 		}
 	}
+	return events
 }
 
 func pendingCopy(t *sched.Task) sched.Task {
