@@ -38,10 +38,10 @@ const consolidateMaxVictims = 16
 //     Non-preemptible jobs never move.
 func (c *cycle) consolidate() {
 	clear(c.failByKind)
-	var victims []int
-	built := false
-	for _, p := range c.consolidationPreemptors() {
-		j, tasks := p.job, p.tasks
+	var cs *consolidation
+	o := c.newJobQueue(func(j int) bool { return c.jobs[j].job.Preemptible })
+	for j := o.next(); j >= 0; j = o.next() {
+		tasks := c.nextTasks(j)
 		js := &c.jobs[j]
 		req := js.request(tasks)
 		if c.gate(j, req) != "" {
@@ -51,14 +51,17 @@ func (c *cycle) consolidate() {
 		if _, failed := c.failByKind[key]; failed {
 			continue
 		}
-		if !c.enoughGPUsSoon(req[GPU]) {
+		if cs == nil {
+			cs = c.newConsolidation()
+		}
+		if cs.total < req[GPU] {
 			c.failByKind[key] = failure{}
 			continue
 		}
-		if !built {
-			victims, built = c.consolidationVictims(), true
+		if cs.tries >= consolidateMaxTries {
+			return
 		}
-		if c.consolidateFor(j, tasks, victims) {
+		if c.consolidateFor(cs, j, tasks) {
 			js.reason = ""
 			continue
 		}
@@ -66,45 +69,56 @@ func (c *cycle) consolidate() {
 	}
 }
 
-type preemptor struct {
-	job   int
-	tasks []int
+// nextTasks is what job j would place next: the members it misses to
+// reach its minimum, else one elastic extra.
+func (c *cycle) nextTasks(j int) []int {
+	toMin, extra := c.pendingTasks(j)
+	if len(toMin) > 0 {
+		return toMin
+	}
+	return extra[:min(1, len(extra))]
 }
 
-// consolidationPreemptors lists the preemptible jobs with tasks to place,
-// in allocate's order, with the tasks allocate would place next.
-func (c *cycle) consolidationPreemptors() []preemptor {
-	var out []preemptor
-	for _, q := range c.leafOrder() {
-		for _, j := range c.queues[q].jobs {
-			if !c.jobs[j].job.Preemptible || c.countPending(j) == 0 {
-				continue
-			}
-			toMin, extra := c.pendingTasks(j)
-			switch {
-			case len(toMin) > 0:
-				out = append(out, preemptor{j, toMin})
-			case len(extra) > 0:
-				out = append(out, preemptor{j, extra[:1]})
-			}
-		}
-	}
-	return out
+// consolidateMaxTries bounds the scenarios one cycle simulates, so a
+// large fragmented cluster costs a bounded time (KAI bounds the search by
+// a deadline instead, solvers/search_budget.go).
+const consolidateMaxTries = 2048
+
+// consolidation is the state of one consolidate action.
+type consolidation struct {
+	soon    []int64 // per schedulable node: GPUs free or being freed
+	total   int64   // their sum
+	victims []int   // movable jobs at the start, in victim order
+	rank    []int   // per queue: its place in the queue order at the start
+	tries   int
 }
 
-// enoughGPUsSoon reports whether the schedulable nodes' GPUs that are
-// free or being freed add up to gpu.
-func (c *cycle) enoughGPUsSoon(gpu int64) bool {
-	if gpu == 0 {
-		return true
+func (c *cycle) newConsolidation() *consolidation {
+	cs := &consolidation{soon: make([]int64, len(c.nodes)), victims: c.consolidationVictims(),
+		rank: make([]int, len(c.queues))}
+	for i, q := range c.leafOrder() {
+		cs.rank[q] = i
 	}
-	var sum int64
 	for n := c.idx.all.next(0, nil); n >= 0; n = c.idx.all.next(n+1, nil) {
-		if sum += c.gpusSoon(n); sum >= gpu {
-			return true
+		cs.soon[n] = c.gpusSoon(n)
+		cs.total += cs.soon[n]
+	}
+	return cs
+}
+
+// refresh recomputes the GPUs free or being freed on the nodes the
+// changes logged since mark touched.
+func (c *cycle) refresh(cs *consolidation, mark int) {
+	for i := mark; i < len(c.log); i++ {
+		slot := &c.jobs[c.log[i].job].tasks[c.log[i].task]
+		for _, n := range [2]int32{slot.node, slot.oldNode} {
+			if n >= 0 && c.idx.all.has(int(n)) {
+				cs.total -= cs.soon[n]
+				cs.soon[n] = c.gpusSoon(int(n))
+				cs.total += cs.soon[n]
+			}
 		}
 	}
-	return false
 }
 
 // gpusSoon is node n's GPU capacity that is free or being freed.
@@ -238,35 +252,68 @@ func (c *cycle) helps(v, j int, req Resources) bool {
 
 // consolidateFor searches for a set of victims whose moving lets job j's
 // tasks fit, and commits the first that works.
-func (c *cycle) consolidateFor(j int, tasks []int, victims []int) bool {
+func (c *cycle) consolidateFor(cs *consolidation, j int, tasks []int) bool {
 	js := &c.jobs[j]
 	req := js.request(tasks)
-	batches := c.victimBatches(j, req, victims)
+	batches := c.victimBatches(j, req, cs.victims)
 	if len(batches) == 0 {
 		return false
 	}
-	soon := make([]int64, len(c.nodes))
-	for n := c.idx.all.next(0, js.eligible); n >= 0; n = c.idx.all.next(n+1, js.eligible) {
-		soon[n] = c.gpusSoon(n)
-	}
+	v := c.newView(cs, j, tasks)
 	tried := map[string]bool{}
 	for i := range batches {
 		acc := batches[:i+1]
-		if !c.mayFit(j, tasks, acc, soon) {
+		if !c.mayFit(v, acc) {
 			continue
 		}
-		for _, sub := range c.subScenarios(j, tasks, acc, soon) {
+		for _, sub := range c.subScenarios(v, acc) {
 			key := fingerprint(sub)
 			if tried[key] {
 				continue
 			}
 			tried[key] = true
-			if c.tryMoves(j, tasks, sub) {
+			if cs.tries++; cs.tries > consolidateMaxTries {
+				return false
+			}
+			mark := len(c.log)
+			if c.tryMoves(cs, j, tasks, sub) {
+				c.refresh(cs, mark)
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// view is what the search for one pending job reads of the cluster: its
+// tasks' GPU requests, largest first, and the nodes it may use.
+type view struct {
+	soon     []int64
+	need     []int64 // GPUs per pending task, largest first
+	top      []int   // the len(need) nodes with the most GPUs free or being freed
+	eligible bitset  // nil: every node
+	total    int64   // GPUs free or being freed on the nodes it may use
+}
+
+func (c *cycle) newView(cs *consolidation, j int, tasks []int) *view {
+	js := &c.jobs[j]
+	v := &view{soon: cs.soon, eligible: js.eligible}
+	for _, t := range tasks {
+		v.need = append(v.need, js.job.Tasks[t].GPU)
+	}
+	slices.SortFunc(v.need, func(a, b int64) int { return cmpInt64(b, a) })
+	for n := c.idx.all.next(0, v.eligible); n >= 0; n = c.idx.all.next(n+1, v.eligible) {
+		g := cs.soon[n]
+		v.total += g
+		i, _ := slices.BinarySearchFunc(v.top, g, func(m int, g int64) int { return cmpInt64(g, cs.soon[m]) })
+		if i < len(v.need) {
+			v.top = slices.Insert(v.top, i, n)
+			if len(v.top) > len(v.need) {
+				v.top = v.top[:len(v.need)]
+			}
+		}
+	}
+	return v
 }
 
 func fingerprint(bs []batch) string {
@@ -296,37 +343,30 @@ func (c *cycle) victimGPUs(bs []batch) map[int]int64 {
 // mayFit is KAI's accumulated idle-GPU filter: with the victims' GPUs
 // counted as free, the pending tasks, largest first, must each find a node
 // among those with the most such GPUs.
-func (c *cycle) mayFit(j int, tasks []int, acc []batch, soon []int64) bool {
-	js := &c.jobs[j]
-	need := make([]int64, 0, len(tasks))
-	for _, t := range tasks {
-		need = append(need, js.job.Tasks[t].GPU)
-	}
-	slices.SortFunc(need, func(a, b int64) int { return cmpInt64(b, a) })
-	if len(need) == 0 || need[0] == 0 {
+func (c *cycle) mayFit(v *view, acc []batch) bool {
+	if len(v.need) == 0 || v.need[0] == 0 {
 		return true
 	}
 	extra := c.victimGPUs(acc)
-	top := make([]int64, 0, len(need)) // the len(need) roomiest nodes, most first
-	for n := range soon {
-		room := soon[n] + extra[n]
-		if room == 0 {
-			continue
-		}
-		i, _ := slices.BinarySearchFunc(top, room, func(a, b int64) int { return cmpInt64(b, a) })
-		if i < len(need) {
-			top = slices.Insert(top, i, room)
-			if len(top) > len(need) {
-				top = top[:len(need)]
-			}
+	var rooms []int64
+	for _, n := range v.top {
+		if _, has := extra[n]; !has {
+			rooms = append(rooms, v.soon[n])
 		}
 	}
-	for _, g := range need {
-		if len(top) == 0 || top[0] < g {
+	for n, g := range extra {
+		if v.eligible == nil || v.eligible.has(n) {
+			rooms = append(rooms, v.soon[n]+g)
+		}
+	}
+	desc := func(a, b int64) int { return cmpInt64(b, a) }
+	slices.SortFunc(rooms, desc)
+	for _, g := range v.need {
+		if len(rooms) == 0 || rooms[0] < g {
 			return false
 		}
-		top[0] -= g
-		slices.SortFunc(top, func(a, b int64) int { return cmpInt64(b, a) })
+		rooms[0] -= g
+		slices.SortFunc(rooms, desc)
 	}
 	return true
 }
@@ -336,16 +376,13 @@ func (c *cycle) mayFit(j int, tasks []int, acc []batch, soon []int64) bool {
 // once cleared, least capacity first, starting with the fewest whose
 // capacity with the rest of the cluster's covers the request; each node
 // brings every batch with a task on it.
-func (c *cycle) subScenarios(j int, tasks []int, acc []batch, soon []int64) [][]batch {
-	js := &c.jobs[j]
-	var demand, minTask int64 = 0, -1
-	for _, t := range tasks {
-		g := js.job.Tasks[t].GPU
+func (c *cycle) subScenarios(v *view, acc []batch) [][]batch {
+	var demand int64
+	for _, g := range v.need {
 		demand += g
-		if minTask < 0 || g < minTask {
-			minTask = g
-		}
 	}
+	minTask := v.need[len(v.need)-1]
+	soon := v.soon
 	extra := c.victimGPUs(acc)
 	first := map[int]int{}
 	var nodes []int
@@ -358,10 +395,10 @@ func (c *cycle) subScenarios(j int, tasks []int, acc []batch, soon []int64) [][]
 			}
 		}
 	}
-	var baseline int64
-	for n := range soon {
-		if _, has := first[n]; !has {
-			baseline += soon[n]
+	baseline := v.total
+	for n := range first {
+		if v.eligible == nil || v.eligible.has(n) {
+			baseline -= soon[n]
 		}
 	}
 	nodes = slices.DeleteFunc(nodes, func(n int) bool { return minTask > 0 && soon[n]+extra[n] < minTask })

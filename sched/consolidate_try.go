@@ -6,7 +6,7 @@ import "slices"
 // then place job j's tasks and every victim's evicted tasks again, in
 // allocate's order, all pipelined. It keeps the result only if everything
 // landed; a victim that landed back where it ran is left running.
-func (c *cycle) tryMoves(j int, tasks []int, sub []batch) bool {
+func (c *cycle) tryMoves(cs *consolidation, j int, tasks []int, sub []batch) bool {
 	mark := len(c.log)
 	reason := "moved to make room for job " + c.jobs[j].job.Name
 	evicted := map[int][]int{}
@@ -20,7 +20,7 @@ func (c *cycle) tryMoves(j int, tasks []int, sub []batch) bool {
 		}
 		evicted[b.job] = append(evicted[b.job], b.tasks...)
 	}
-	c.sortByAllocateOrder(order)
+	c.sortByAllocateOrder(cs, order)
 	for _, x := range order {
 		ts := tasks
 		if x != j {
@@ -37,17 +37,14 @@ func (c *cycle) tryMoves(j int, tasks []int, sub []batch) bool {
 }
 
 // sortByAllocateOrder orders jobs as KAI's allocate would serve them: by
-// their queue's place in the fair-share order, then priority
-// (plugins/priority), then jobs below their minimum before those at it
-// before those above it (plugins/elastic JobOrderFn), then age.
-func (c *cycle) sortByAllocateOrder(jobs []int) {
-	rank := map[int]int{}
-	for i, q := range c.leafOrder() {
-		rank[q] = i
-	}
+// their queue's place in the queue order (taken at the start of the
+// action), then priority (plugins/priority), then jobs below their
+// minimum before those at it before those above it (plugins/elastic
+// JobOrderFn), then age.
+func (c *cycle) sortByAllocateOrder(cs *consolidation, jobs []int) {
 	slices.SortStableFunc(jobs, func(a, b int) int {
 		ja, jb := &c.jobs[a], &c.jobs[b]
-		if ra, rb := rank[ja.queue], rank[jb.queue]; ra != rb {
+		if ra, rb := cs.rank[ja.queue], cs.rank[jb.queue]; ra != rb {
 			return ra - rb
 		}
 		if ja.job.Priority != jb.job.Priority {
@@ -158,9 +155,10 @@ func (c *cycle) pickOn(n int, task *Task) []int {
 // first (plugins/nodeavailability), then the placement strategy over
 // capacity that is idle or being freed (plugins/nodeplacement counts
 // idle + releasing), then, on a tie, the node the task ran on, so a
-// victim whose node still suits it stays. dom is already narrowed to the
-// job's nodes. It scans every node, so only consolidation's small
-// simulations use it.
+// victim whose node still suits it stays. Among nodes with nothing being
+// freed the index's first fit is the strategy's choice; nodes with
+// capacity being freed are ranked one by one. dom is already narrowed to
+// the job's nodes.
 func (c *cycle) findRanked(j, t int, dom bitset) (int, []int, bool) {
 	task := &c.jobs[j].job.Tasks[t]
 	old := int(c.jobs[j].tasks[t].oldNode)
@@ -169,10 +167,13 @@ func (c *cycle) findRanked(j, t int, dom bitset) (int, []int, bool) {
 	if task.GPU == 0 {
 		sc = c.cpu
 	}
-	best, bestNow := -1, false
-	var bestDevs []int
+	best, bestDevs := c.findNode(task, c.withoutReleasing(dom), freeNow)
+	bestNow := best >= 0
 	var bestRoom int64
-	for n := c.idx.all.next(0, dom); n >= 0; n = c.idx.all.next(n+1, dom) {
+	if best >= 0 {
+		bestRoom = c.releasingRoom(best, task, classes)
+	}
+	for n := c.idx.rel.next(0, dom); n >= 0; n = c.idx.rel.next(n+1, dom) {
 		devs, now := c.pickAny(n, task, classes, freeNow), true
 		if devs == nil {
 			devs, now = c.pickAny(n, task, classes, freeSoon), false
@@ -190,6 +191,19 @@ func (c *cycle) findRanked(j, t int, dom bitset) (int, []int, bool) {
 		}
 	}
 	return best, bestDevs, best >= 0 && !bestNow
+}
+
+// withoutReleasing narrows dom (nil: every node) to the nodes with
+// nothing being freed.
+func (c *cycle) withoutReleasing(dom bitset) bitset {
+	out := make(bitset, len(c.idx.rel))
+	for w := range out {
+		out[w] = ^c.idx.rel[w]
+		if dom != nil {
+			out[w] &= dom[w]
+		}
+	}
+	return out
 }
 
 // pickAny chooses devices for task on node n in mode m from any of its
