@@ -39,8 +39,7 @@ const consolidateMaxVictims = 16
 func (c *cycle) consolidate() {
 	clear(c.failByKind)
 	var cs *consolidation
-	o := c.newJobQueue(func(j int) bool { return c.jobs[j].job.Preemptible })
-	for j := o.next(); j >= 0; j = o.next() {
+	for _, j := range c.consolidationPreemptors() {
 		tasks := c.nextTasks(j)
 		js := &c.jobs[j]
 		req := js.request(tasks)
@@ -67,6 +66,21 @@ func (c *cycle) consolidate() {
 		}
 		c.failByKind[key] = failure{}
 	}
+}
+
+// consolidationPreemptors lists the preemptible jobs with tasks to place,
+// queues in their order at the start of the action, each queue's jobs by
+// priority then age.
+func (c *cycle) consolidationPreemptors() []int {
+	var out []int
+	for _, q := range c.leafOrder() {
+		for _, j := range c.queues[q].jobs {
+			if c.jobs[j].job.Preemptible && c.countPending(j) > 0 && len(c.nextTasks(j)) > 0 {
+				out = append(out, j)
+			}
+		}
+	}
+	return out
 }
 
 // nextTasks is what job j would place next: the members it misses to
