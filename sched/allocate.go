@@ -2,107 +2,33 @@ package sched
 
 import (
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 )
 
 // allocate places pending jobs on free capacity (and pipelines them onto
-// capacity being freed): queues in fair-share order, each queue's jobs by
-// priority then age. Gangs reach their minimum members all or nothing;
-// then elastic jobs grow one task at a time, again in fair-share order.
+// capacity being freed), one job at a time in KAI's queue and job order
+// (order.go). A job places the members it misses to reach its minimum all
+// or nothing, else one elastic extra; a job that placed tasks and has more
+// to place goes back into its queue and waits for its turn again
+// (actions/allocate: Execute pushes the job back when
+// HasTasksToAllocate). A job that fails is not offered again.
 func (c *cycle) allocate() {
 	clear(c.failByKind)
-	c.allocatePass(func(j int) bool {
-		toMin, _ := c.pendingTasks(j)
-		if len(toMin) == 0 {
-			return false
-		}
-		c.tryPlace(j, toMin, freeSoon, Allocate)
-		return false
-	})
-	c.allocatePass(func(j int) bool {
+	o := c.newJobQueue(nil)
+	for j := o.next(); j >= 0; j = o.next() {
 		toMin, extra := c.pendingTasks(j)
-		if len(toMin) > 0 || len(extra) == 0 {
-			return false
+		tasks := toMin
+		if len(tasks) == 0 {
+			tasks = extra[:min(1, len(extra))]
 		}
-		_, ok := c.tryPlace(j, extra[:1], freeSoon, Allocate)
-		return ok && len(extra) > 1
-	})
-}
-
-// allocatePass offers each job once, picking the queue that is furthest
-// below its fair share every time. step returns true to offer the same
-// job again (an elastic job that grew and may grow more).
-func (c *cycle) allocatePass(step func(j int) bool) {
-	cursor := make([]int, len(c.queues))
-	work := make([]int, len(c.queues))
-	// Only jobs with a pending task take part: running jobs cost nothing.
-	waiting := make([][]int, len(c.queues))
-	for q := range c.queues {
-		for _, j := range c.queues[q].jobs {
-			if c.countPending(j) > 0 {
-				waiting[q] = append(waiting[q], j)
-			}
-		}
-		if n := len(waiting[q]); n > 0 {
-			for _, a := range c.queues[q].path {
-				work[a] += n
-			}
-		}
-	}
-	for {
-		q := c.pickLeaf(work)
-		if q < 0 {
-			return
-		}
-		qs := &c.queues[q]
-		j := waiting[q][cursor[q]]
-		if step(j) {
+		if len(tasks) == 0 {
 			continue
 		}
-		cursor[q]++
-		for _, a := range qs.path {
-			work[a]--
+		if _, ok := c.tryPlace(j, tasks, freeSoon, Allocate); ok && c.hasTasksToPlace(j) {
+			o.push(j)
 		}
 	}
-}
-
-// pickLeaf walks down the tree choosing, at each level, the queue with
-// work that has the highest priority and then the lowest share of its
-// fair share in use (its dominant resource).
-func (c *cycle) pickLeaf(work []int) int {
-	best := -1
-	for q := range c.queues {
-		if c.queues[q].parent < 0 && work[q] > 0 && (best < 0 || c.before(q, best)) {
-			best = q
-		}
-	}
-	for best >= 0 && len(c.queues[best].children) > 0 {
-		next := -1
-		for _, ch := range c.queues[best].children {
-			if work[ch] > 0 && (next < 0 || c.before(ch, next)) {
-				next = ch
-			}
-		}
-		if next < 0 {
-			return best // jobs queued on a parent queue itself
-		}
-		best = next
-	}
-	return best
-}
-
-func (c *cycle) before(a, b int) bool {
-	qa, qb := &c.queues[a], &c.queues[b]
-	if qa.q.Priority != qb.q.Priority {
-		return qa.q.Priority > qb.q.Priority
-	}
-	ra, rb := c.shareRatio(a), c.shareRatio(b)
-	if ra != rb {
-		return ra < rb
-	}
-	return a < b
 }
 
 // shareRatio is the queue's dominant allocated/fair-share ratio.
@@ -120,27 +46,6 @@ func (c *cycle) shareRatio(q int) float64 {
 		worst = max(worst, float64(qs.alloc[r])/float64(qs.fair[r]))
 	}
 	return worst
-}
-
-// leafOrder is every queue holding jobs, in the order allocate serves them
-// at this moment.
-func (c *cycle) leafOrder() []int {
-	var out []int
-	for q := range c.queues {
-		if len(c.queues[q].jobs) > 0 {
-			out = append(out, q)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b int) int {
-		if c.before(a, b) {
-			return -1
-		}
-		if c.before(b, a) {
-			return 1
-		}
-		return 0
-	})
-	return out
 }
 
 // tryPlace checks the job's quotas, then places the tasks as a gang.

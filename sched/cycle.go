@@ -26,6 +26,7 @@ func Schedule(s *Snapshot) Plan {
 		}
 		c.log = c.log[:0] // every action commits what it kept
 	}
+	c.explainUntried()
 	return c.plan()
 }
 
@@ -67,19 +68,17 @@ func (c *cycle) countPending(j int) int {
 	return n
 }
 
-// waiting lists the jobs that still miss members they need, oldest first
-// within each queue's priority order, queues in fair-share order.
+// waiting lists the jobs that still miss members they need, in KAI's queue
+// and job order from the state as it is now (order.go). Each action calls
+// it for itself, so none depends on an earlier action having run.
 func (c *cycle) waiting() []int {
 	var out []int
-	for _, q := range c.leafOrder() {
-		for _, j := range c.queues[q].jobs {
-			if c.countPending(j) == 0 {
-				continue
-			}
-			if toMin, _ := c.pendingTasks(j); len(toMin) > 0 {
-				out = append(out, j)
-			}
-		}
+	o := c.newJobQueue(func(j int) bool {
+		toMin, _ := c.pendingTasks(j)
+		return len(toMin) > 0
+	})
+	for j := o.next(); j >= 0; j = o.next() {
+		out = append(out, j)
 	}
 	return out
 }
