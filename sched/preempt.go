@@ -2,24 +2,35 @@ package sched
 
 import "strconv"
 
-// preempt makes room within a queue: a job may evict preemptible jobs of
-// its own queue with strictly lower priority that have run for the
-// queue's preempt min runtime. Limits and deserved quotas still hold.
+// preempt makes room within a queue (KAI actions/preempt): for each job
+// still short of its minimum members, in queue order, it looks for victims
+// among the preemptible jobs of the same leaf queue with strictly lower
+// priority that have run their preempt_min_runtime, and takes the first
+// victim set that lets the job run (see solveWithVictims). Limits and the
+// deserved quota of non-preemptible jobs still hold.
 func (c *cycle) preempt() {
-	pending := c.unplacedJobs()
+	pending := c.victimSeekers()
 	if len(pending) == 0 {
 		return
 	}
 	x := c.buildVictimIndex()
 	for _, j := range pending {
 		js := &c.jobs[j]
-		c.evictFor(x, j, victimRules{
-			action:  Preempt,
-			queues:  []int{js.queue},
-			queueOK: func(int) bool { return true },
+		toMin, _ := c.pendingTasks(j)
+		if len(toMin) == 0 || len(x.byQueue[js.queue]) == 0 {
+			continue
+		}
+		if !js.job.Preemptible && c.gate(j, js.request(toMin)) != "" {
+			continue // KAI IsNonPreemptibleJobOverQueueQuotaFn
+		}
+		c.solveWithVictims(x, j, victimRules{
+			action: Preempt,
+			queues: []int{js.queue},
 			jobOK: func(v int) bool {
-				return c.jobs[v].job.Priority < js.job.Priority && c.minRuntimeMet(x, v, Preempt)
+				vs := &c.jobs[v]
+				return vs.job.Priority < js.job.Priority && (vs.elastic() || !c.protected(x, j, v, Preempt))
 			},
+			protected: func(v int) bool { return c.protected(x, j, v, Preempt) },
 			reason: func(v int) string {
 				return "preempted by job " + js.job.Name + " of priority " + strconv.Itoa(js.job.Priority) +
 					" in queue " + js.job.Queue

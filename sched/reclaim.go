@@ -1,12 +1,20 @@
 package sched
 
-// reclaim takes borrowed capacity back between queues. A job may evict
-// preemptible jobs of another queue when, below the level where the two
-// queues' branches meet, its own side stays within its fair share once
-// the job is placed and the victim's side holds more than its fair share.
-// Victims must have run for their queue's reclaim min runtime.
+// reclaim takes capacity back between queues (KAI actions/reclaim with
+// the proportion plugin's reclaimable checks). For each job still short of
+// its minimum members, in queue order:
+//
+//   - the job may reclaim only if its leaf queue stays within its fair
+//     share in every resource once the job runs, and, for a job that is
+//     not preemptible, within its deserved quota of non-preemptible use
+//     (reclaimable.CanReclaimResources);
+//   - victims are preemptible jobs of other queues that have run their
+//     reclaim_min_runtime; which queues may give is decided where the two
+//     queues' branches meet (reclaimable.FilterVictim);
+//   - the first victim set that lets the job run and that passes
+//     reclaimable.Reclaimable is taken (see solveWithVictims).
 func (c *cycle) reclaim() {
-	pending := c.unplacedJobs()
+	pending := c.victimSeekers()
 	if len(pending) == 0 {
 		return
 	}
@@ -17,6 +25,9 @@ func (c *cycle) reclaim() {
 			holders = append(holders, q)
 		}
 	}
+	if len(holders) == 0 {
+		return
+	}
 	for _, j := range pending {
 		js := &c.jobs[j]
 		toMin, _ := c.pendingTasks(j)
@@ -24,66 +35,28 @@ func (c *cycle) reclaim() {
 			continue
 		}
 		req := js.request(toMin)
+		if !c.canReclaim(j, req) {
+			continue
+		}
 		var from []int
 		for _, q := range holders {
-			if q == js.queue {
-				continue
-			}
-			if mine, _ := c.lowestCommon(js.queue, q); mine >= 0 && c.withinFairShare(js.queue, mine, req) {
+			if q != js.queue && c.mayReclaimFrom(js.queue, q, req) {
 				from = append(from, q)
 			}
 		}
-		c.evictFor(x, j, victimRules{
-			action: Reclaim,
-			queues: from,
-			queueOK: func(vq int) bool {
-				_, top := c.lowestCommon(js.queue, vq)
-				for _, q := range c.queues[vq].path {
-					if !c.overFairShare(q, req) {
-						return false
-					}
-					if q == top {
-						break
-					}
-				}
-				return true
-			},
-			jobOK: func(v int) bool { return c.minRuntimeMet(x, v, Reclaim) },
+		if len(from) == 0 {
+			continue
+		}
+		c.solveWithVictims(x, j, victimRules{
+			action:    Reclaim,
+			queues:    from,
+			jobOK:     func(v int) bool { return c.jobs[v].elastic() || !c.protected(x, j, v, Reclaim) },
+			protected: func(v int) bool { return c.protected(x, j, v, Reclaim) },
+			validate:  func(set []victimBatch) bool { return c.reclaimable(j, req, set) },
 			reason: func(v int) string {
 				return "reclaimed for job " + js.job.Name + " of queue " + js.job.Queue +
-					": queue " + c.jobs[v].job.Queue + " is over its fair share"
+					": queue " + c.jobs[v].job.Queue + " holds more than it may keep"
 			},
 		})
 	}
-}
-
-// withinFairShare reports whether queue q and its ancestors up to top
-// stay within their fair share of every resource the request needs once
-// it is added. Above top the victims' queues share the same ancestors, so
-// a reclaim changes nothing there.
-func (c *cycle) withinFairShare(q, top int, req Resources) bool {
-	for _, a := range c.queues[q].path {
-		qs := &c.queues[a]
-		for r := range req {
-			if req[r] > 0 && qs.alloc[r]+req[r] > qs.fair[r] {
-				return false
-			}
-		}
-		if a == top {
-			break
-		}
-	}
-	return true
-}
-
-// overFairShare reports whether queue q holds more than its fair share of
-// a resource the request needs.
-func (c *cycle) overFairShare(q int, req Resources) bool {
-	qs := &c.queues[q]
-	for r := range req {
-		if req[r] > 0 && qs.alloc[r] > qs.fair[r] {
-			return true
-		}
-	}
-	return false
 }

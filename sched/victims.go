@@ -5,26 +5,21 @@ import (
 	"time"
 )
 
-// victimRules decides which running jobs an action may evict for job j.
-type victimRules struct {
-	action Action
-	// queues are the leaf queues victims may come from.
-	queues []int
-	// queueOK is checked before each eviction, against the state as it is
-	// then (a queue that fell to its fair share stops giving).
-	queueOK func(q int) bool
-	jobOK   func(v int) bool
-	reason  func(v int) string
-}
-
-// victimIndex lists, per queue, the preemptible jobs running at the start
-// of an action in eviction order: lowest priority first, then the
-// youngest, then the newest submission. It is built once per action, so
-// finding victims never sorts or scans every running job again.
+// victimIndex lists, per leaf queue, the preemptible jobs running at the
+// start of an action in KAI's victim order (its job order reversed,
+// framework.Session.JobOrderFn with the priority and elastic plugins):
+// lowest priority first, then jobs above their minimum members before
+// jobs at it, then the newest submission first. It is built once per
+// action, so finding victims never sorts every running job again.
 type victimIndex struct {
 	byQueue [][]int32
 	start   []int // per queue: entries before it no longer run
 	runtime []time.Duration
+	total   Resources // the cluster's capacity, for dominant shares
+	// freeGPU is the GPU capacity free now or being freed, kept up to
+	// date as solutions commit: a victim set whose GPUs and this cannot
+	// hold a job's request is not tried (KAI's idle-GPUs scenario filter).
+	freeGPU int64
 }
 
 func (c *cycle) buildVictimIndex() *victimIndex {
@@ -40,22 +35,45 @@ func (c *cycle) buildVictimIndex() *victimIndex {
 		}
 		x.byQueue[js.queue] = append(x.byQueue[js.queue], int32(v))
 	}
+	x.total = c.capacity()
+	for n := range c.nodes {
+		if !c.nodes[n].schedulable {
+			continue
+		}
+		for _, d := range c.nodes[n].devs {
+			x.freeGPU += OneGPU - d.used
+		}
+	}
 	for q := range x.byQueue {
-		slices.SortStableFunc(x.byQueue[q], func(a, b int32) int { return x.compare(c, int(a), int(b)) })
+		slices.SortStableFunc(x.byQueue[q], func(a, b int32) int { return c.victimCompare(int(a), int(b), 0, 0) })
 	}
 	return x
 }
 
-// compare orders two victims: negative when a should go first.
-func (x *victimIndex) compare(c *cycle, a, b int) int {
+// victimCompare orders two victims (negative: a goes first), with takenA
+// and takenB of their running tasks already chosen as victims.
+func (c *cycle) victimCompare(a, b, takenA, takenB int) int {
 	ja, jb := c.jobs[a].job, c.jobs[b].job
 	if ja.Priority != jb.Priority {
 		return ja.Priority - jb.Priority
 	}
-	if x.runtime[a] != x.runtime[b] {
-		return cmpInt64(int64(x.runtime[a]), int64(x.runtime[b]))
+	if ea, eb := c.elasticState(a, takenA), c.elasticState(b, takenB); ea != eb {
+		return eb - ea
 	}
 	return b - a
+}
+
+// elasticState is 1 for a job running above its minimum members, 0 at it
+// and -1 below (KAI plugins/elastic JobOrderFn).
+func (c *cycle) elasticState(v, taken int) int {
+	js := &c.jobs[v]
+	switch n := js.active - taken; {
+	case n > js.minM:
+		return 1
+	case n == js.minM:
+		return 0
+	}
+	return -1
 }
 
 func (c *cycle) stillRunning(v int) bool {
@@ -76,6 +94,23 @@ func (c *cycle) unplacedJobs() []int {
 		if c.jobs[j].capacityBound {
 			out = append(out, j)
 		}
+	}
+	return out
+}
+
+// victimSeekers lists the jobs reclaim and preempt try to make room for:
+// every job still short of its minimum members, in queue order (KAI builds
+// this list in each action from the session's pending jobs). A job that an
+// earlier action found blocked by something other than capacity (a limit,
+// a quota, missing hardware) is left out: evicting others cannot help it.
+func (c *cycle) victimSeekers() []int {
+	var out []int
+	for _, j := range c.waiting() {
+		js := &c.jobs[j]
+		if js.queue < 0 || js.tried && !js.capacityBound {
+			continue
+		}
+		out = append(out, j)
 	}
 	return out
 }
@@ -106,77 +141,6 @@ func (c *cycle) jobRuntime(v int) time.Duration {
 	return rt
 }
 
-// evictFor evicts victims one unit at a time until job j's missing
-// members fit on the capacity being freed, then places them pipelined.
-// Each step takes the first victim, in eviction order, among the allowed
-// queues. A job running above its minimum gives up its elastic extras one
-// by one before its core; the core goes as a whole. If no set of victims
-// makes room, nothing changes.
-func (c *cycle) evictFor(x *victimIndex, j int, rules victimRules) bool {
-	toMin, _ := c.pendingTasks(j)
-	if len(toMin) == 0 {
-		return false
-	}
-	js := &c.jobs[j]
-	req := js.request(toMin)
-	mark := len(c.log)
-	cursor := make([]int, len(rules.queues))
-	for i, q := range rules.queues {
-		list := x.byQueue[q]
-		for x.start[q] < len(list) && !c.stillRunning(int(list[x.start[q]])) {
-			x.start[q]++
-		}
-		cursor[i] = x.start[q]
-	}
-	for {
-		best := -1
-		for i, q := range rules.queues {
-			if cursor[i] < 0 {
-				continue
-			}
-			if !rules.queueOK(q) {
-				cursor[i] = -1
-				continue
-			}
-			list := x.byQueue[q]
-			for cursor[i] < len(list) {
-				v := int(list[cursor[i]])
-				if v != j && c.stillRunning(v) && rules.jobOK(v) && c.holdsWhatIsNeeded(v, req) && c.runsOn(v, js.eligible) {
-					break
-				}
-				cursor[i]++
-			}
-			if cursor[i] == len(list) {
-				cursor[i] = -1
-				continue
-			}
-			if v := int(list[cursor[i]]); best < 0 || x.compare(c, v, best) < 0 {
-				best = v
-			}
-		}
-		if best < 0 {
-			break
-		}
-		vs := &c.jobs[best]
-		if vs.active > vs.minM {
-			c.evict(best, c.runningTasks(best)[0], rules.action, rules.reason(best))
-		} else {
-			for _, u := range c.runningTasks(best) {
-				c.evict(best, u, rules.action, rules.reason(best))
-			}
-		}
-		if c.gate(j, req) != "" {
-			continue
-		}
-		if _, ok := c.placeGang(j, toMin, freeSoon, rules.action); ok {
-			js.reason = ""
-			return true
-		}
-	}
-	c.rollback(mark)
-	return false
-}
-
 // runsOn reports whether a running task of v is on a node in set (nil:
 // any node): evicting a job from nodes j may not use frees nothing for j.
 func (c *cycle) runsOn(v int, set bitset) bool {
@@ -189,19 +153,6 @@ func (c *cycle) runsOn(v int, set bitset) bool {
 		}
 	}
 	return false
-}
-
-// holdsWhatIsNeeded reports whether evicting v frees a resource the
-// request needs: GPUs for GPU jobs, CPU or memory otherwise.
-func (c *cycle) holdsWhatIsNeeded(v int, req Resources) bool {
-	var held Resources
-	for _, t := range c.runningTasks(v) {
-		held = held.Add(c.jobs[v].job.Tasks[t].Request())
-	}
-	if req[GPU] > 0 {
-		return held[GPU] > 0
-	}
-	return held[CPU] > 0 && req[CPU] > 0 || held[Memory] > 0 && req[Memory] > 0
 }
 
 // lowestCommon returns, for queues a and b, their ancestors just below the
@@ -219,8 +170,23 @@ func (c *cycle) lowestCommon(a, b int) (int, int) {
 	return pa[i], pb[k]
 }
 
-// minRuntimeMet reports whether every running task of v has run long
-// enough for action a.
-func (c *cycle) minRuntimeMet(x *victimIndex, v int, a Action) bool {
-	return x.runtime[v] >= c.minRuntime(c.jobs[v].queue, a)
+// protected reports whether victim v is still inside its min runtime for
+// an eviction by job j in action a (KAI plugins/minruntime). Preempt uses
+// the victim queue's preempt_min_runtime, inherited down the tree; reclaim
+// resolves reclaim_min_runtime the "lca" way, KAI's default: from the
+// victim's side of the queue where the two branches meet, upward.
+func (c *cycle) protected(x *victimIndex, j, v int, a Action) bool {
+	vq := c.jobs[v].queue
+	min := c.queues[vq].preemptMin
+	if a == Reclaim {
+		q := vq
+		if _, side := c.lowestCommon(c.jobs[j].queue, vq); side >= 0 {
+			q = side
+		}
+		min = c.queues[q].reclaimMin
+	}
+	return x.runtime[v] < min
 }
+
+// elastic reports whether a job may run with fewer tasks than it has.
+func (js *jobSlot) elastic() bool { return js.minM < len(js.tasks) }
