@@ -3,7 +3,6 @@ package sched
 import (
 	"slices"
 	"strconv"
-	"time"
 )
 
 // consolidateMaxVictims is how many victim jobs consolidation considers
@@ -22,8 +21,9 @@ const consolidateMaxVictims = 16
 //     cover its request (utils.IsEnoughGPUsAllocatableForJob).
 //   - Victims are running preemptible jobs of any queue, any size: a gang
 //     at its minimum as a whole, an elastic job one extra task at a time
-//     (podgroup_info.GetTasksToEvict), queues furthest above their fair
-//     share first, then lowest priority and youngest; at most 16 jobs.
+//     (podgroup_info.GetTasksToEvict), in KAI's victim order (the queue
+//     order reversed, then lowest priority, elastic state, newest
+//     submission: victims_order.go); at most 16 jobs.
 //   - Victims accumulate one batch at a time; each set passes a quick
 //     per-node GPU check (solvers/accumulated_scenario_filters/idle_gpus)
 //     and is then tried on a growing prefix of its nodes, smallest
@@ -39,7 +39,11 @@ const consolidateMaxVictims = 16
 func (c *cycle) consolidate() {
 	clear(c.failByKind)
 	var cs *consolidation
-	for _, j := range c.consolidationPreemptors() {
+	// KAI pops preemptors one at a time from an order re-evaluated after
+	// each (JobsOrderByQueues.PopNextJob); only the served job's queue
+	// changes, since moved jobs keep what they hold.
+	o := c.newJobQueue(func(j int) bool { return c.jobs[j].job.Preemptible })
+	for j := o.next(); j >= 0; j = o.next() {
 		tasks := c.nextTasks(j)
 		js := &c.jobs[j]
 		req := js.request(tasks)
@@ -68,21 +72,6 @@ func (c *cycle) consolidate() {
 	}
 }
 
-// consolidationPreemptors lists the preemptible jobs with tasks to place,
-// queues in their order at the start of the action, each queue's jobs by
-// priority then age.
-func (c *cycle) consolidationPreemptors() []int {
-	var out []int
-	for _, q := range c.leafOrder() {
-		for _, j := range c.queues[q].jobs {
-			if c.jobs[j].job.Preemptible && c.countPending(j) > 0 && len(c.nextTasks(j)) > 0 {
-				out = append(out, j)
-			}
-		}
-	}
-	return out
-}
-
 // nextTasks is what job j would place next: the members it misses to
 // reach its minimum, else one elastic extra.
 func (c *cycle) nextTasks(j int) []int {
@@ -100,16 +89,21 @@ const consolidateMaxTries = 2048
 
 // consolidation is the state of one consolidate action.
 type consolidation struct {
-	soon    []int64 // per schedulable node: GPUs free or being freed
-	total   int64   // their sum
-	victims []int   // movable jobs at the start, in victim order
-	rank    []int   // per queue: its place in the queue order at the start
-	tries   int
+	soon   []int64 // per schedulable node: GPUs free or being freed
+	total  int64   // their sum
+	x      *victimIndex
+	leaves []int // queues with jobs that may move
+	rank   []int // per queue: its place in the queue order at the start
+	tries  int
 }
 
 func (c *cycle) newConsolidation() *consolidation {
-	cs := &consolidation{soon: make([]int64, len(c.nodes)), victims: c.consolidationVictims(),
-		rank: make([]int, len(c.queues))}
+	cs := &consolidation{soon: make([]int64, len(c.nodes)), x: c.buildVictimIndex(), rank: make([]int, len(c.queues))}
+	for q := range cs.x.byQueue {
+		if len(cs.x.byQueue[q]) > 0 {
+			cs.leaves = append(cs.leaves, q)
+		}
+	}
 	for i, q := range c.leafOrder() {
 		cs.rank[q] = i
 	}
@@ -159,92 +153,29 @@ func (c *cycle) movable(v int) bool {
 	return true
 }
 
-// consolidationVictims lists the movable jobs in KAI's victim order:
-// queues furthest above their fair share first, then within a queue the
-// lowest priority, the youngest and the newest submission first.
-func (c *cycle) consolidationVictims() []int {
-	var out []int
-	ratio := make([]float64, len(c.queues))
-	for q := range c.queues {
-		ratio[q] = c.shareRatio(q)
-	}
-	runtime := map[int]time.Duration{}
-	for v := range c.jobs {
-		if c.movable(v) {
-			out = append(out, v)
-			runtime[v] = c.youngestTask(v)
+// victimBatches lists, in KAI's victim order (victims_order.go: queues
+// KAI would serve last first, then lowest priority, elastic state and the
+// newest submission), the batches the first consolidateMaxVictims usable
+// jobs give: a victim must still be movable, run on a node j may use, and
+// hold GPUs when j needs GPUs. An elastic job gives its extras one at a
+// time before its core.
+func (c *cycle) victimBatches(cs *consolidation, j int, req Resources) []victimBatch {
+	vq := c.newVictimQueue(cs.x, j, cs.leaves, func(v int) bool { return c.movable(v) && c.helps(v, j, req) })
+	var out []victimBatch
+	jobs := map[int]bool{}
+	for {
+		b, ok := vq.next()
+		if !ok {
+			return out
 		}
-	}
-	slices.SortStableFunc(out, func(a, b int) int {
-		ja, jb := &c.jobs[a], &c.jobs[b]
-		if ra, rb := ratio[ja.queue], ratio[jb.queue]; ra != rb {
-			if ra > rb {
-				return -1
+		if !jobs[b.job] {
+			if len(jobs) == consolidateMaxVictims {
+				return out
 			}
-			return 1
+			jobs[b.job] = true
 		}
-		if ja.queue != jb.queue {
-			return ja.queue - jb.queue
-		}
-		if ja.job.Priority != jb.job.Priority {
-			return ja.job.Priority - jb.job.Priority
-		}
-		if runtime[a] != runtime[b] {
-			return cmpInt64(int64(runtime[a]), int64(runtime[b]))
-		}
-		return b - a
-	})
-	return out
-}
-
-// youngestTask is the shortest runtime among job v's running tasks.
-func (c *cycle) youngestTask(v int) time.Duration {
-	js := &c.jobs[v]
-	rt := time.Duration(-1)
-	for t := range js.tasks {
-		if js.tasks[t].state == tsRunning && (rt < 0 || js.job.Tasks[t].Runtime < rt) {
-			rt = js.job.Tasks[t].Runtime
-		}
+		out = append(out, b)
 	}
-	return rt
-}
-
-// batch is what one victim gives up in one step: one elastic extra task,
-// or every running task of a job at its minimum.
-type batch struct {
-	job   int
-	tasks []int
-}
-
-// victimBatches splits the victims usable for job j into batches, at
-// most consolidateMaxVictims jobs: a victim must still be movable, run
-// on a node j may use, and hold GPUs when j needs GPUs.
-func (c *cycle) victimBatches(j int, req Resources, victims []int) []batch {
-	var out []batch
-	jobs := 0
-	for _, v := range victims {
-		if v == j || !c.movable(v) || !c.helps(v, j, req) {
-			continue
-		}
-		if jobs++; jobs > consolidateMaxVictims {
-			break
-		}
-		js := &c.jobs[v]
-		var running []int // newest member first
-		for t := len(js.tasks) - 1; t >= 0; t-- {
-			if js.tasks[t].state == tsRunning {
-				running = append(running, t)
-			}
-		}
-		extras := js.active - js.minM
-		for i := 0; i < extras && i < len(running); i++ {
-			out = append(out, batch{v, running[i : i+1]})
-		}
-		if extras < len(running) {
-			out = append(out, batch{v, running[max(extras, 0):]})
-		}
-	}
-	return out
 }
 
 // helps reports whether moving v could free something job j needs.
@@ -269,7 +200,7 @@ func (c *cycle) helps(v, j int, req Resources) bool {
 func (c *cycle) consolidateFor(cs *consolidation, j int, tasks []int) bool {
 	js := &c.jobs[j]
 	req := js.request(tasks)
-	batches := c.victimBatches(j, req, cs.victims)
+	batches := c.victimBatches(cs, j, req)
 	if len(batches) == 0 {
 		return false
 	}
@@ -319,6 +250,9 @@ func (c *cycle) newView(cs *consolidation, j int, tasks []int) *view {
 	for n := c.idx.all.next(0, v.eligible); n >= 0; n = c.idx.all.next(n+1, v.eligible) {
 		g := cs.soon[n]
 		v.total += g
+		if len(v.top) == len(v.need) && (g == 0 || g <= cs.soon[v.top[len(v.top)-1]]) {
+			continue
+		}
 		i, _ := slices.BinarySearchFunc(v.top, g, func(m int, g int64) int { return cmpInt64(g, cs.soon[m]) })
 		if i < len(v.need) {
 			v.top = slices.Insert(v.top, i, n)
@@ -330,7 +264,7 @@ func (c *cycle) newView(cs *consolidation, j int, tasks []int) *view {
 	return v
 }
 
-func fingerprint(bs []batch) string {
+func fingerprint(bs []victimBatch) string {
 	b := make([]byte, 0, 8*len(bs))
 	for _, x := range bs {
 		b = strconv.AppendInt(b, int64(x.job), 36)
@@ -344,7 +278,7 @@ func fingerprint(bs []batch) string {
 }
 
 // victimGPUs returns, per node, the GPUs the batches' tasks hold there.
-func (c *cycle) victimGPUs(bs []batch) map[int]int64 {
+func (c *cycle) victimGPUs(bs []victimBatch) map[int]int64 {
 	out := map[int]int64{}
 	for _, b := range bs {
 		for _, t := range b.tasks {
@@ -357,7 +291,7 @@ func (c *cycle) victimGPUs(bs []batch) map[int]int64 {
 // mayFit is KAI's accumulated idle-GPU filter: with the victims' GPUs
 // counted as free, the pending tasks, largest first, must each find a node
 // among those with the most such GPUs.
-func (c *cycle) mayFit(v *view, acc []batch) bool {
+func (c *cycle) mayFit(v *view, acc []victimBatch) bool {
 	if len(v.need) == 0 || v.need[0] == 0 {
 		return true
 	}
@@ -390,7 +324,7 @@ func (c *cycle) mayFit(v *view, acc []batch) bool {
 // once cleared, least capacity first, starting with the fewest whose
 // capacity with the rest of the cluster's covers the request; each node
 // brings every batch with a task on it.
-func (c *cycle) subScenarios(v *view, acc []batch) [][]batch {
+func (c *cycle) subScenarios(v *view, acc []victimBatch) [][]victimBatch {
 	var demand int64
 	for _, g := range v.need {
 		demand += g
@@ -430,13 +364,13 @@ func (c *cycle) subScenarios(v *view, acc []batch) [][]batch {
 	if covered < demand {
 		return nil
 	}
-	var out [][]batch
+	var out [][]victimBatch
 	for step := 1; ; step *= 2 {
 		picked := map[int]bool{}
 		for _, n := range nodes[:k] {
 			picked[n] = true
 		}
-		var sub []batch
+		var sub []victimBatch
 		for _, b := range acc {
 			for _, t := range b.tasks {
 				if picked[int(c.jobs[b.job].tasks[t].node)] {

@@ -6,7 +6,7 @@ import "slices"
 // then place job j's tasks and every victim's evicted tasks again, in
 // allocate's order, all pipelined. It keeps the result only if everything
 // landed; a victim that landed back where it ran is left running.
-func (c *cycle) tryMoves(cs *consolidation, j int, tasks []int, sub []batch) bool {
+func (c *cycle) tryMoves(cs *consolidation, j int, tasks []int, sub []victimBatch) bool {
 	mark := len(c.log)
 	reason := "moved to make room for job " + c.jobs[j].job.Name
 	evicted := map[int][]int{}
@@ -174,6 +174,10 @@ func (c *cycle) findRanked(j, t int, dom bitset) (int, []int, bool) {
 		bestRoom = c.releasingRoom(best, task, classes)
 	}
 	for n := c.idx.rel.next(0, dom); n >= 0; n = c.idx.rel.next(n+1, dom) {
+		room := c.releasingRoom(n, task, classes)
+		if room < task.GPU || task.GPU == 0 && room < task.CPU {
+			continue // cannot hold it even once everything leaves
+		}
 		devs, now := c.pickAny(n, task, classes, freeNow), true
 		if devs == nil {
 			devs, now = c.pickAny(n, task, classes, freeSoon), false
@@ -181,7 +185,6 @@ func (c *cycle) findRanked(j, t int, dom bitset) (int, []int, bool) {
 		if devs == nil {
 			continue
 		}
-		room := c.releasingRoom(n, task, classes)
 		better := best < 0 || now && !bestNow
 		if !better && now == bestNow {
 			better = sc.before(room, bestRoom) || !sc.before(bestRoom, room) && n == old
