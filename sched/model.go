@@ -148,6 +148,9 @@ type Job struct {
 	Tasks       []Task
 	// StaleFor is how long the job has run below MinMembers.
 	StaleFor time.Duration
+	// StaleGangGrace, when set, replaces Policy.StaleGangGrace for this
+	// job (KAI: the podgroup's stalenessGracePeriod); negative: never.
+	StaleGangGrace *time.Duration
 	// Nodes limits every placement of the job (allocate, consolidate,
 	// reclaim, preempt) to the nodes it selects; the zero value selects
 	// every node. The server uses it to keep a project's jobs on its own

@@ -15,16 +15,20 @@ import (
 //     so a gang being torn down, or whose members an earlier action of
 //     this cycle evicted, is not stale;
 //   - a gang is evicted once its time below minimum reaches the grace
-//     period (a grace of 0 evicts at once); a negative grace period
-//     never evicts;
+//     period, its own (Job.StaleGangGrace, KAI's podgroup
+//     stalenessGracePeriod) or else the policy's (a grace of 0 evicts at
+//     once); a negative grace period never evicts;
 //   - every member that runs is evicted, preemptible or not.
 func (c *cycle) evictStaleGangs() {
-	grace := c.policy.StaleGangGrace
-	if grace < 0 {
-		return
-	}
 	for j := range c.jobs {
 		js := &c.jobs[j]
+		grace := c.policy.StaleGangGrace
+		if js.job.StaleGangGrace != nil {
+			grace = *js.job.StaleGangGrace
+		}
+		if grace < 0 {
+			continue
+		}
 		used := c.membersHolding(j)
 		if used == 0 || used >= js.minM || js.job.StaleFor < grace {
 			continue

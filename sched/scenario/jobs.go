@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"gpud.dev/gpud/sched"
 )
@@ -33,6 +34,9 @@ func (b *builder) jobs(snap *sched.Snapshot, jobs []fileJob) {
 			Topology: sched.TopologyConstraint{Name: j.Topology.Name, Required: j.Topology.Required, Preferred: j.Topology.Preferred},
 			StaleFor: b.duration(p+".stale_for", j.StaleFor),
 			Nodes:    sched.NodeSelector{Key: j.Nodes.Key, Values: j.Nodes.Values},
+		}
+		if g := b.grace(p+".stale_gang_grace", j.StaleGangGrace); j.StaleGangGrace != "" {
+			job.StaleGangGrace = &g
 		}
 		if j.Nodes.Key == "" && len(j.Nodes.Values) > 0 {
 			b.fail(p+".nodes.key", "values without a key: name the node label, like key: project")
@@ -199,13 +203,9 @@ func (b *builder) run(s *Scenario, f *file) {
 			b.fail("run.placement."+k, "use gpu or cpu")
 		}
 	}
-	switch f.Run.StaleGangGrace {
-	case "":
+	pol.StaleGangGrace = b.grace("run.stale_gang_grace", f.Run.StaleGangGrace)
+	if f.Run.StaleGangGrace == "" {
 		pol.StaleGangGrace = 60e9
-	case "never": // KAI: a negative staleness grace period turns eviction off
-		pol.StaleGangGrace = -1
-	default:
-		pol.StaleGangGrace = b.duration("run.stale_gang_grace", f.Run.StaleGangGrace)
 	}
 	s.CycleLength = b.duration("run.cycle_length", f.Run.CycleLength)
 	if f.Run.CycleLength == "" {
@@ -220,4 +220,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// grace reads a stale-gang grace period: a duration, or never (KAI: a
+// negative staleness grace period turns the eviction off).
+func (b *builder) grace(path, v string) time.Duration {
+	if v == "never" {
+		return -1
+	}
+	return b.duration(path, v)
 }

@@ -81,6 +81,8 @@ type fileJob struct {
 	} `yaml:"topology"`
 	Tasks    []fileTask `yaml:"tasks"`
 	StaleFor string     `yaml:"stale_for"`
+	// StaleGangGrace overrides run.stale_gang_grace for this job.
+	StaleGangGrace string `yaml:"stale_gang_grace"`
 	// Nodes is sched.Job.Nodes: {key: project, values: ["", a]}.
 	Nodes struct {
 		Key    string   `yaml:"key"`
