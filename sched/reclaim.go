@@ -52,7 +52,7 @@ func (c *cycle) reclaim() {
 			queues:    from,
 			jobOK:     func(v int) bool { return c.jobs[v].elastic() || !c.protected(x, j, v, Reclaim) },
 			protected: func(v int) bool { return c.protected(x, j, v, Reclaim) },
-			validate:  func(set []victimBatch) bool { return c.reclaimable(j, req, set) },
+			validate:  func(set []victimBatch, before []queueUse) bool { return c.reclaimable(j, req, set, before) },
 			reason: func(v int) string {
 				return "reclaimed for job " + js.job.Name + " of queue " + js.job.Queue +
 					": queue " + c.jobs[v].job.Queue + " holds more than it may keep"

@@ -57,8 +57,22 @@ func (c *cycle) mayReclaimFrom(rq, vq int, req Resources) bool {
 // exceeds: a is above b in at least one resource (Unlimited: never).
 func exceeds(a, b Resources) bool { return !lessEqual(a, b) }
 
-// reclaimable validates a victim set for job j (KAI
-// reclaimable.Reclaimable). Each victim queue's victims are taken in turn
+// queueUse is what a queue held before a try: all of it, and its
+// non-preemptible part.
+type queueUse struct{ alloc, np Resources }
+
+func (c *cycle) queueUses() []queueUse {
+	out := make([]queueUse, len(c.queues))
+	for q := range c.queues {
+		out[q] = queueUse{c.queues[q].alloc, c.queues[q].npAlloc}
+	}
+	return out
+}
+
+// reclaimable validates the victims that stop for job j against the
+// queues as they were before the try, before (KAI
+// reclaimable.Reclaimable on the session's queues cloned when the job's
+// solution started). Each victim queue's victims are taken in turn
 // from what its side of the tree still holds: before each one, that side
 // must hold more than it may keep (MaintainFairShareStrategy), or the
 // reclaimer's side must be within its deserved quota with the job and the
@@ -67,7 +81,7 @@ func exceeds(a, b Resources) bool { return !lessEqual(a, b) }
 // must stay less saturated than every sibling it took from, in each
 // resource involved; and a job that is not preemptible keeps each level's
 // non-preemptible use within its deserved quota.
-func (c *cycle) reclaimable(j int, req Resources, set []victimBatch) bool {
+func (c *cycle) reclaimable(j int, req Resources, set []victimBatch, before []queueUse) bool {
 	js := &c.jobs[j]
 	rq := js.queue
 	remaining := map[int]Resources{}
@@ -87,7 +101,7 @@ func (c *cycle) reclaimable(j int, req Resources, set []victimBatch) bool {
 			return false
 		}
 		if _, ok := remaining[theirs]; !ok {
-			remaining[theirs] = c.queues[theirs].alloc
+			remaining[theirs] = before[theirs].alloc
 		}
 		var inv [NumResources]bool
 		for _, v := range byQueue[vq] {
@@ -99,13 +113,13 @@ func (c *cycle) reclaimable(j int, req Resources, set []victimBatch) bool {
 		for _, v := range byQueue[vq] {
 			rem := remaining[theirs]
 			keep := exceeds(rem, c.allocatable(theirs))
-			guarantee := c.withinDeserved(mine, req) && exceeds(rem, c.queues[theirs].quota)
+			guarantee := lessEqual(before[mine].alloc.Add(req), c.queues[mine].quota) && exceeds(rem, c.queues[theirs].quota)
 			if !keep && !guarantee {
 				return false
 			}
 			for _, a := range c.queues[vq].path {
 				if _, ok := remaining[a]; !ok {
-					remaining[a] = c.queues[a].alloc
+					remaining[a] = before[a].alloc
 				}
 				remaining[a] = remaining[a].Sub(v)
 				ia := involved[a]
@@ -124,7 +138,7 @@ func (c *cycle) reclaimable(j int, req Resources, set []victimBatch) bool {
 	for _, a := range c.queues[rq].path {
 		rem, ok := remaining[a]
 		if !ok {
-			rem = c.queues[a].alloc
+			rem = before[a].alloc
 		}
 		rem = rem.Add(req)
 		for _, s := range touched {
@@ -143,9 +157,8 @@ func (c *cycle) reclaimable(j int, req Resources, set []victimBatch) bool {
 			}
 		}
 		if !js.job.Preemptible {
-			qs := &c.queues[a]
 			for r := range req {
-				if !leq(qs.npAlloc[r]+req[r], qs.quota[r]) {
+				if !leq(before[a].np[r]+req[r], c.queues[a].quota[r]) {
 					return false
 				}
 			}

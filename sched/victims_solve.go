@@ -20,9 +20,9 @@ type victimRules struct {
 	// protected: v is inside its min runtime and may give up only tasks
 	// above its minimum members (KAI minruntime scenario validators).
 	protected func(v int) bool
-	// validate checks a whole victim set before it is tried (KAI's
-	// scenario validators); nil accepts every set.
-	validate func(set []victimBatch) bool
+	// validate checks the victims that stop against the queues as they
+	// were before the try (KAI's scenario validators); nil accepts all.
+	validate func(stopped []victimBatch, before []queueUse) bool
 	reason   func(v int) string
 }
 
@@ -119,18 +119,28 @@ func onNode(c *cycle, set []victimBatch, n int) []victimBatch {
 }
 
 // trySolution evicts set, places j's missing members and keeps the result
-// when both work, giving back the victims the placement does not need.
+// when both work and the victims that really stop pass the validator.
+// Victims the placement does not need keep running where they are; the
+// others are placed again elsewhere when they fit, pipelined (KAI
+// re-allocates every victim after the preemptor: Statement.Pipeline
+// un-evicts one landing on its own node and moves the others), and only
+// those that land nowhere stop. The validator sees the queues as they
+// were before the try and only the victims that stop
+// (allow-consolidating-reclaim, on by default in KAI).
 func (c *cycle) trySolution(x *victimIndex, j int, toMin []int, req Resources, set []victimBatch, rules victimRules) bool {
-	if len(set) == 0 || rules.validate != nil && !rules.validate(set) {
+	if len(set) == 0 {
 		return false
+	}
+	var before []queueUse
+	if rules.validate != nil {
+		before = c.queueUses()
 	}
 	mark := len(c.log)
 	if !c.evictAndPlace(j, toMin, req, set, rules) {
 		c.rollback(mark)
 		return false
 	}
-	back := c.fitBack(set)
-	if slices.Contains(back, true) {
+	if back := c.fitBack(set); slices.Contains(back, true) {
 		var need []victimBatch
 		for i, b := range set {
 			if !back[i] {
@@ -138,10 +148,17 @@ func (c *cycle) trySolution(x *victimIndex, j int, toMin []int, req Resources, s
 			}
 		}
 		c.rollback(mark)
-		if !c.evictAndPlace(j, toMin, req, need, rules) {
+		if c.evictAndPlace(j, toMin, req, need, rules) {
+			set = need
+		} else {
 			c.rollback(mark)
 			c.evictAndPlace(j, toMin, req, set, rules) // worked a moment ago
 		}
+	}
+	stopped := c.moveVictims(set, rules.action)
+	if rules.validate != nil && !rules.validate(stopped, before) {
+		c.rollback(mark)
+		return false
 	}
 	for i := mark; i < len(c.log); i++ {
 		o := c.log[i]
@@ -151,11 +168,57 @@ func (c *cycle) trySolution(x *victimIndex, j int, toMin []int, req Resources, s
 		case tsEvicted:
 			x.freeGPU += g
 		case tsBound, tsPipelined:
+			if slot.oldNode >= 0 {
+				x.freeGPU += g // a moved victim: freed here, taken there
+			}
 			x.freeGPU -= g
 		}
 	}
 	c.jobs[j].reason = ""
 	return true
+}
+
+// moveVictims places each victim job's evicted tasks again on other
+// capacity, all or none per job, pipelined, in KAI's allocate order
+// (higher priority first, then below, at and above the minimum, then the
+// older submission), and returns the batches of the jobs that landed
+// nowhere: the victims that stop.
+func (c *cycle) moveVictims(set []victimBatch, a Action) []victimBatch {
+	var jobs []int
+	tasks := map[int][]int{}
+	for _, b := range set {
+		if _, ok := tasks[b.job]; !ok {
+			jobs = append(jobs, b.job)
+		}
+		tasks[b.job] = append(tasks[b.job], b.tasks...)
+	}
+	slices.SortStableFunc(jobs, func(x, y int) int {
+		if px, py := c.jobs[x].job.Priority, c.jobs[y].job.Priority; px != py {
+			return py - px
+		}
+		if ex, ey := c.elasticState(x, 0), c.elasticState(y, 0); ex != ey {
+			return ex - ey
+		}
+		return x - y
+	})
+	moved := map[int]bool{}
+	for _, v := range jobs {
+		if c.gate(v, c.jobs[v].request(tasks[v])) != "" {
+			continue // KAI AllocateJob: IsJobOverQueueCapacityFn
+		}
+		m := len(c.log)
+		if _, ok := c.placeGang(v, tasks[v], freeSoon, a); ok {
+			c.pipelineAll(v, m)
+			moved[v] = true
+		}
+	}
+	var out []victimBatch
+	for _, b := range set {
+		if !moved[b.job] {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 func (c *cycle) evictAndPlace(j int, toMin []int, req Resources, set []victimBatch, rules victimRules) bool {
