@@ -50,26 +50,61 @@ package sched
 type jobQueue struct {
 	c     *cycle
 	total Resources
-	jobs  [][]int32 // per queue: its waiting jobs, a heap in job order
-	best  []int32   // per queue (the last entry: the root): the leaf served first below it; -1: none
+	jobs  [][]heapJob // per queue: its waiting jobs, a heap in job order
+	best  []int32     // per queue (the last entry: the root): the leaf served first below it; -1: none
 	dirty []bool
 	req   []Resources // per leaf: what its first job would place next
+	key   []queueKey  // per queue: its standing with the next job below it
+	alloc []Resources // per queue: allocatable share (fixed for the cycle)
 	tops  []int
+}
+
+// heapJob is a waiting job with what the job order reads of it, taken
+// when it enters the queue (nothing changes a job while it waits there).
+type heapJob struct {
+	priority int
+	members  int // -1 below its minimum, 0 at it, 1 above
+	job      int32
+}
+
+// less is KAI's job order inside a leaf queue: priority, then members
+// below, at and above the minimum, then age (jobs are numbered oldest
+// first).
+func (a heapJob) less(b heapJob) bool {
+	if a.priority != b.priority {
+		return a.priority > b.priority
+	}
+	if a.members != b.members {
+		return a.members < b.members
+	}
+	return a.job < b.job
+}
+
+func (c *cycle) heapJob(j int) heapJob {
+	return heapJob{priority: c.jobs[j].job.Priority, members: c.elasticState(j, 0), job: int32(j)}
+}
+
+// queueKey is what GetQueueOrderResult reads of one queue and the next job
+// it would serve, computed once each time the queue changes.
+type queueKey struct {
+	over, within, zero bool
+	withJob, now       float64
 }
 
 // newJobQueue orders the jobs that have tasks to place and pass keep (nil:
 // all of them).
 func (c *cycle) newJobQueue(keep func(j int) bool) *jobQueue {
 	n := len(c.queues)
-	o := &jobQueue{c: c, total: c.capacity(), jobs: make([][]int32, n), best: make([]int32, n+1),
-		dirty: make([]bool, n+1), req: make([]Resources, n)}
+	o := &jobQueue{c: c, total: c.capacity(), jobs: make([][]heapJob, n), best: make([]int32, n+1),
+		dirty: make([]bool, n+1), req: make([]Resources, n), key: make([]queueKey, n), alloc: make([]Resources, n)}
 	for q := range c.queues {
+		o.alloc[q] = c.allocatable(q)
 		if c.queues[q].parent < 0 {
 			o.tops = append(o.tops, q)
 		}
 		for _, j := range c.queues[q].jobs {
 			if c.hasTasksToPlace(j) && (keep == nil || keep(j)) {
-				o.jobs[q] = append(o.jobs[q], int32(j))
+				o.jobs[q] = append(o.jobs[q], c.heapJob(j))
 			}
 		}
 		o.heapify(q)
@@ -83,11 +118,14 @@ func (c *cycle) newJobQueue(keep func(j int) bool) *jobQueue {
 // hasTasksToPlace reports whether job j has a task an action could place
 // now: one it misses to reach its minimum, or an elastic extra.
 func (c *cycle) hasTasksToPlace(j int) bool {
-	if c.jobs[j].queue < 0 || c.countPending(j) == 0 {
+	js := &c.jobs[j]
+	if js.queue < 0 {
 		return false
 	}
-	toMin, extra := c.pendingTasks(j)
-	return len(toMin) > 0 || len(extra) > 0
+	p := c.countPending(j)
+	short := js.minM - js.active
+	// As pendingTasks: a gang that cannot reach its minimum places nothing.
+	return p > 0 && p >= short
 }
 
 // nextRequest is what job j would place next: the members it misses to
@@ -115,7 +153,7 @@ func (o *jobQueue) next() int {
 		return -1
 	}
 	h := o.jobs[l]
-	j := int(h[0])
+	j := int(h[0].job)
 	last := len(h) - 1
 	h[0] = h[last]
 	o.jobs[l] = h[:last]
@@ -127,7 +165,7 @@ func (o *jobQueue) next() int {
 // push puts job j back (it placed tasks and has more to place).
 func (o *jobQueue) push(j int) {
 	q := o.c.jobs[j].queue
-	o.jobs[q] = append(o.jobs[q], int32(j))
+	o.jobs[q] = append(o.jobs[q], o.c.heapJob(j))
 	o.up(q, len(o.jobs[q])-1)
 	o.touch(q)
 }
@@ -155,43 +193,68 @@ func (o *jobQueue) bestBelow(p int) int {
 	best, bestKid := -1, -1
 	for _, ch := range kids {
 		l := o.bestBelow(ch)
-		if l >= 0 && (best < 0 || o.before(ch, l, bestKid, best)) {
+		if l >= 0 && (best < 0 || o.before(ch, bestKid)) {
 			best, bestKid = l, ch
 		}
 	}
 	if best < 0 && p < len(o.c.queues) && len(o.jobs[p]) > 0 {
 		best = p
-		o.req[p] = o.c.nextRequest(int(o.jobs[p][0]))
+		o.req[p] = o.c.nextRequest(int(o.jobs[p][0].job))
 	}
 	o.best[p] = int32(best)
+	if best >= 0 && p < len(o.c.queues) {
+		o.key[p] = o.keyOf(p, o.req[best])
+	}
 	return best
 }
 
-// before reports whether sibling queue a, whose next job comes from leaf
-// la, goes before sibling b, whose next job comes from leaf lb
-// (GetQueueOrderResult; see the rules above).
-func (o *jobQueue) before(a, la, b, lb int) bool {
+// keyOf computes queue q's standing with req, its next job, placed.
+func (o *jobQueue) keyOf(q int, req Resources) queueKey {
 	c := o.c
-	ra, rb := o.req[la], o.req[lb]
-	if oa, ob := c.overFairShareEverywhere(a), c.overFairShareEverywhere(b); oa != ob {
-		return ob
+	qs := &c.queues[q]
+	al := &o.alloc[q]
+	k := queueKey{over: c.overFairShareEverywhere(q), within: c.withinDeserved(q, req)}
+	for r := range al {
+		held, with := float64(qs.alloc[r]), float64(qs.alloc[r]+req[r])
+		share := float64(al[r])
+		if al[r] == Unlimited {
+			share = float64(o.total[r])
+		}
+		if al[r] == 0 {
+			k.zero = k.zero || with > 0
+			held, with = held*1000, with*1000 // KAI: no share weighs 1000 per unit held
+		} else {
+			held, with = held/share, with/share
+		}
+		k.now, k.withJob = max(k.now, held), max(k.withJob, with)
 	}
-	if sa, sb := c.withinDeserved(a, ra), c.withinDeserved(b, rb); sa != sb {
-		return sa
+	return k
+}
+
+// before reports whether sibling queue a goes before sibling b, each with
+// the next job of the leaf served first below it (GetQueueOrderResult;
+// see the rules above).
+func (o *jobQueue) before(a, b int) bool {
+	ka, kb := &o.key[a], &o.key[b]
+	if ka.over != kb.over {
+		return kb.over
 	}
-	if pa, pb := c.queues[a].q.Priority, c.queues[b].q.Priority; pa != pb {
+	if ka.within != kb.within {
+		return ka.within
+	}
+	if pa, pb := o.c.queues[a].q.Priority, o.c.queues[b].q.Priority; pa != pb {
 		return pa > pb
 	}
-	if za, zb := c.holdsWithoutShareWith(a, ra), c.holdsWithoutShareWith(b, rb); za != zb {
-		return zb
+	if ka.zero != kb.zero {
+		return kb.zero
 	}
-	if da, db := c.dominantShare(a, Resources{}.Sub(ra), o.total), c.dominantShare(b, Resources{}.Sub(rb), o.total); da != db {
-		return da < db
+	if ka.withJob != kb.withJob {
+		return ka.withJob < kb.withJob
 	}
-	if da, db := c.dominantShare(a, Resources{}, o.total), c.dominantShare(b, Resources{}, o.total); da != db {
-		return da < db
+	if ka.now != kb.now {
+		return ka.now < kb.now
 	}
-	aa, ab := c.allocatable(a), c.allocatable(b)
+	aa, ab := o.alloc[a], o.alloc[b]
 	if lessSomewhere(aa, ab) && lessEqual(aa, ab) {
 		return true
 	}
@@ -201,37 +264,9 @@ func (o *jobQueue) before(a, la, b, lb int) bool {
 	return a < b
 }
 
-// holdsWithoutShareWith: with add placed, queue q would hold a resource
-// it has no allocatable share of (KAI penalizeZeroShareWithJob).
-func (c *cycle) holdsWithoutShareWith(q int, add Resources) bool {
-	al := c.allocatable(q)
-	for r := range al {
-		if al[r] == 0 && c.queues[q].alloc[r]+add[r] > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// jobBefore is KAI's job order inside a leaf queue: priority, then
-// members below, at and above the minimum, then age.
-func (c *cycle) jobBefore(a, b int) bool {
-	ja, jb := &c.jobs[a], &c.jobs[b]
-	if ja.job.Priority != jb.job.Priority {
-		return ja.job.Priority > jb.job.Priority
-	}
-	if sa, sb := c.elasticState(a, 0), c.elasticState(b, 0); sa != sb {
-		return sa < sb
-	}
-	return ja.order < jb.order
-}
-
 func (o *jobQueue) heapify(q int) {
 	for i := len(o.jobs[q])/2 - 1; i >= 0; i-- {
 		o.down(q, i)
-	}
-	if len(o.jobs[q]) > 0 {
-		o.req[q] = o.c.nextRequest(int(o.jobs[q][0]))
 	}
 }
 
@@ -239,14 +274,11 @@ func (o *jobQueue) up(q, i int) {
 	h := o.jobs[q]
 	for i > 0 {
 		p := (i - 1) / 2
-		if !o.c.jobBefore(int(h[i]), int(h[p])) {
+		if !h[i].less(h[p]) {
 			break
 		}
 		h[i], h[p] = h[p], h[i]
 		i = p
-	}
-	if len(h) > 0 {
-		o.req[q] = o.c.nextRequest(int(h[0]))
 	}
 }
 
@@ -257,17 +289,14 @@ func (o *jobQueue) down(q, i int) {
 		if k >= len(h) {
 			break
 		}
-		if r := k + 1; r < len(h) && o.c.jobBefore(int(h[r]), int(h[k])) {
+		if r := k + 1; r < len(h) && h[r].less(h[k]) {
 			k = r
 		}
-		if !o.c.jobBefore(int(h[k]), int(h[i])) {
+		if !h[k].less(h[i]) {
 			break
 		}
 		h[i], h[k] = h[k], h[i]
 		i = k
-	}
-	if len(h) > 0 {
-		o.req[q] = o.c.nextRequest(int(h[0]))
 	}
 }
 
