@@ -102,11 +102,22 @@ func (c *cycle) newJobQueue(keep func(j int) bool) *jobQueue {
 		if c.queues[q].parent < 0 {
 			o.tops = append(o.tops, q)
 		}
-		for _, j := range c.queues[q].jobs {
-			if c.hasTasksToPlace(j) && (keep == nil || keep(j)) {
-				o.jobs[q] = append(o.jobs[q], c.heapJob(j))
+	}
+	if c.withPending == nil {
+		c.withPending = []int32{}
+		for j := range c.jobs {
+			if c.countPending(j) > 0 {
+				c.withPending = append(c.withPending, int32(j))
 			}
 		}
+	}
+	for _, j := range c.withPending {
+		if j := int(j); c.hasTasksToPlace(j) && (keep == nil || keep(j)) {
+			q := c.jobs[j].queue
+			o.jobs[q] = append(o.jobs[q], c.heapJob(j))
+		}
+	}
+	for q := range o.jobs {
 		o.heapify(q)
 	}
 	for i := range o.dirty {

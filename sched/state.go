@@ -133,6 +133,9 @@ type cycle struct {
 	epoch      int
 	failByKind map[string]failure
 	matchCache map[string][]int
+	// withPending lists the jobs that had a pending task when the first
+	// job order was built (order.go); no job gains one later in a cycle.
+	withPending []int32
 }
 
 type failure struct {
