@@ -98,7 +98,21 @@ type consolidation struct {
 }
 
 func (c *cycle) newConsolidation() *consolidation {
-	cs := &consolidation{soon: make([]int64, len(c.nodes)), x: c.buildVictimIndex(), rank: make([]int, len(c.queues))}
+	cs := &consolidation{soon: make([]int64, len(c.nodes))}
+	for n := c.idx.all.next(0, nil); n >= 0; n = c.idx.all.next(n+1, nil) {
+		cs.soon[n] = c.gpusSoon(n)
+		cs.total += cs.soon[n]
+	}
+	return cs
+}
+
+// searchable builds, the first time a job is searched for, what every
+// search of the action shares: the victim index and the queue order.
+func (c *cycle) searchable(cs *consolidation) {
+	if cs.x != nil {
+		return
+	}
+	cs.x, cs.rank = c.buildVictimIndex(), make([]int, len(c.queues))
 	for q := range cs.x.byQueue {
 		if len(cs.x.byQueue[q]) > 0 {
 			cs.leaves = append(cs.leaves, q)
@@ -107,11 +121,6 @@ func (c *cycle) newConsolidation() *consolidation {
 	for i, q := range c.leafOrder() {
 		cs.rank[q] = i
 	}
-	for n := c.idx.all.next(0, nil); n >= 0; n = c.idx.all.next(n+1, nil) {
-		cs.soon[n] = c.gpusSoon(n)
-		cs.total += cs.soon[n]
-	}
-	return cs
 }
 
 // refresh recomputes the GPUs free or being freed on the nodes the
@@ -200,6 +209,7 @@ func (c *cycle) helps(v, j int, req Resources) bool {
 func (c *cycle) consolidateFor(cs *consolidation, j int, tasks []int) bool {
 	js := &c.jobs[j]
 	req := js.request(tasks)
+	c.searchable(cs)
 	batches := c.victimBatches(cs, j, req)
 	if len(batches) == 0 {
 		return false
