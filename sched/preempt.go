@@ -3,27 +3,27 @@ package sched
 import "strconv"
 
 // preempt makes room within a queue (KAI actions/preempt): for each job
-// still short of its minimum members, in queue order, it looks for victims
+// with tasks to place, in queue order (victimSeekers), it looks for victims
 // among the preemptible jobs of the same leaf queue with strictly lower
 // priority that have run their preempt_min_runtime, and takes the first
 // victim set that lets the job run (see solveWithVictims). Limits and the
 // deserved quota of non-preemptible jobs still hold.
 func (c *cycle) preempt() {
-	pending := c.victimSeekers()
-	if len(pending) == 0 {
-		return
-	}
-	x := c.buildVictimIndex()
-	for _, j := range pending {
+	next, touch := c.victimSeekers()
+	var x *victimIndex
+	for j := next(); j >= 0; j = next() {
+		if x == nil {
+			x = c.buildVictimIndex()
+		}
 		js := &c.jobs[j]
-		toMin, _ := c.pendingTasks(j)
+		toMin := c.tasksToSolve(j)
 		if len(toMin) == 0 || len(x.byQueue[js.queue]) == 0 {
 			continue
 		}
 		if !js.job.Preemptible && c.gate(j, js.request(toMin)) != "" {
 			continue // KAI IsNonPreemptibleJobOverQueueQuotaFn
 		}
-		c.solveWithVictims(x, j, victimRules{
+		if !c.solveWithVictims(x, j, toMin, victimRules{
 			action: Preempt,
 			queues: []int{js.queue},
 			jobOK: func(v int) bool {
@@ -35,6 +35,9 @@ func (c *cycle) preempt() {
 				return "preempted by job " + js.job.Name + " of priority " + strconv.Itoa(js.job.Priority) +
 					" in queue " + js.job.Queue
 			},
-		})
+		}) {
+			continue
+		}
+		touch(js.queue)
 	}
 }

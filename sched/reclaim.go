@@ -1,8 +1,8 @@
 package sched
 
 // reclaim takes capacity back between queues (KAI actions/reclaim with
-// the proportion plugin's reclaimable checks). For each job still short of
-// its minimum members, in queue order:
+// the proportion plugin's reclaimable checks). For each job with tasks to
+// place, in queue order (victimSeekers):
 //
 //   - the job may reclaim only if its leaf queue stays within its fair
 //     share in every resource once the job runs, and, for a job that is
@@ -14,24 +14,21 @@ package sched
 //   - the first victim set that lets the job run and that passes
 //     reclaimable.Reclaimable is taken (see solveWithVictims).
 func (c *cycle) reclaim() {
-	pending := c.victimSeekers()
-	if len(pending) == 0 {
-		return
-	}
-	x := c.buildVictimIndex()
+	next, touch := c.victimSeekers()
+	var x *victimIndex
 	var holders []int
-	for q := range x.byQueue {
-		if len(x.byQueue[q]) > 0 {
-			holders = append(holders, q)
+	for j := next(); j >= 0; j = next() {
+		if x == nil {
+			x = c.buildVictimIndex()
+			for q := range x.byQueue {
+				if len(x.byQueue[q]) > 0 {
+					holders = append(holders, q)
+				}
+			}
 		}
-	}
-	if len(holders) == 0 {
-		return
-	}
-	for _, j := range pending {
 		js := &c.jobs[j]
-		toMin, _ := c.pendingTasks(j)
-		if len(toMin) == 0 {
+		toMin := c.tasksToSolve(j)
+		if len(toMin) == 0 || len(holders) == 0 {
 			continue
 		}
 		req := js.request(toMin)
@@ -47,7 +44,7 @@ func (c *cycle) reclaim() {
 		if len(from) == 0 {
 			continue
 		}
-		c.solveWithVictims(x, j, victimRules{
+		if !c.solveWithVictims(x, j, toMin, victimRules{
 			action:    Reclaim,
 			queues:    from,
 			jobOK:     func(v int) bool { return c.jobs[v].elastic() || !c.protected(x, j, v, Reclaim) },
@@ -57,6 +54,12 @@ func (c *cycle) reclaim() {
 				return "reclaimed for job " + js.job.Name + " of queue " + js.job.Queue +
 					": queue " + c.jobs[v].job.Queue + " holds more than it may keep"
 			},
-		})
+		}) {
+			continue
+		}
+		touch(js.queue)
+		for _, q := range from {
+			touch(q)
+		}
 	}
 }

@@ -98,21 +98,33 @@ func (c *cycle) unplacedJobs() []int {
 	return out
 }
 
-// victimSeekers lists the jobs reclaim and preempt try to make room for:
-// every job still short of its minimum members, in queue order (KAI builds
-// this list in each action from the session's pending jobs). A job that an
-// earlier action found blocked by something other than capacity (a limit,
-// a quota, missing hardware) is left out: evicting others cannot help it.
-func (c *cycle) victimSeekers() []int {
-	var out []int
-	for _, j := range c.waiting() {
+// victimSeekers hands out the jobs reclaim and preempt try to make room
+// for, one at a time in KAI's queue and job order, re-evaluated after
+// every job (actions/reclaim and actions/preempt Execute pop a
+// JobsOrderByQueues built from the session's pending jobs): every job with
+// a task to place. A job an earlier action found blocked by something other
+// than capacity (a limit, a quota, missing hardware) is left out: evicting
+// others cannot help it. Call touch with the queues a solution changed.
+func (c *cycle) victimSeekers() (next func() int, touch func(q int)) {
+	o := c.newJobQueue(func(j int) bool {
 		js := &c.jobs[j]
-		if js.queue < 0 || js.tried && !js.capacityBound {
-			continue
-		}
-		out = append(out, j)
+		return !js.tried || js.capacityBound
+	})
+	return o.next, o.touch
+}
+
+// tasksToSolve are the tasks KAI's solvers place for job j: the members it
+// misses to reach its minimum, else one elastic extra
+// (podgroup_info.GetTasksToAllocate).
+func (c *cycle) tasksToSolve(j int) []int {
+	toMin, extra := c.pendingTasks(j)
+	if len(toMin) > 0 {
+		return toMin
 	}
-	return out
+	if len(extra) > 0 {
+		return extra[:1]
+	}
+	return nil
 }
 
 // runningTasks returns the job's tasks that ran before this cycle and

@@ -26,8 +26,8 @@ type victimRules struct {
 	reason   func(v int) string
 }
 
-// solveWithVictims looks for victims that make room for job j's missing
-// members the way KAI's solvers do (actions/common/solvers: JobSolver,
+// solveWithVictims looks for victims that make room for job j's tasks
+// toMin (tasksToSolve) the way KAI's solvers do (actions/common/solvers: JobSolver,
 // PodAccumulatedScenarioBuilder, byPodSolver) and commits the first set
 // that works. Victims are taken one batch at a time in victim order; a
 // set is tried only when its GPUs and the free ones could hold the job.
@@ -39,8 +39,7 @@ type victimRules struct {
 // still fits where it ran (KAI re-allocates the victims after the
 // preemptor and un-evicts those landing on their own node), so only the
 // victims the placement needs stop. If no set works, nothing changes.
-func (c *cycle) solveWithVictims(x *victimIndex, j int, rules victimRules) bool {
-	toMin, _ := c.pendingTasks(j)
+func (c *cycle) solveWithVictims(x *victimIndex, j int, toMin []int, rules victimRules) bool {
 	if len(toMin) == 0 {
 		return false
 	}
@@ -178,11 +177,12 @@ func (c *cycle) trySolution(x *victimIndex, j int, toMin []int, req Resources, s
 	return true
 }
 
-// moveVictims places each victim job's evicted tasks again on other
-// capacity, all or none per job, pipelined, in KAI's allocate order
-// (higher priority first, then below, at and above the minimum, then the
-// older submission), and returns the batches of the jobs that landed
-// nowhere: the victims that stop.
+// moveVictims places victims again on other capacity, pipelined, in KAI's
+// allocate order (higher priority first, then below, at and above the
+// minimum, then the older submission), each job as allocate would place
+// it (podgroup_info.GetTasksToAllocate): the members it misses to reach
+// its minimum, all or none, else one member. It returns what stops: the
+// batches' tasks that landed nowhere.
 func (c *cycle) moveVictims(set []victimBatch, a Action) []victimBatch {
 	var jobs []int
 	tasks := map[int][]int{}
@@ -201,21 +201,34 @@ func (c *cycle) moveVictims(set []victimBatch, a Action) []victimBatch {
 		}
 		return x - y
 	})
-	moved := map[int]bool{}
+	moved := map[[2]int]bool{}
 	for _, v := range jobs {
-		if c.gate(v, c.jobs[v].request(tasks[v])) != "" {
+		ts := slices.Clone(tasks[v])
+		slices.Sort(ts)
+		k := min(max(c.jobs[v].minM-c.jobs[v].active, 1), len(ts))
+		ts = ts[:k]
+		if c.gate(v, c.jobs[v].request(ts)) != "" {
 			continue // KAI AllocateJob: IsJobOverQueueCapacityFn
 		}
 		m := len(c.log)
-		if _, ok := c.placeGang(v, tasks[v], freeSoon, a); ok {
+		if _, ok := c.placeGang(v, ts, freeSoon, a); ok {
 			c.pipelineAll(v, m)
-			moved[v] = true
+			for _, t := range ts {
+				moved[[2]int{v, t}] = true
+			}
 		}
 	}
 	var out []victimBatch
 	for _, b := range set {
-		if !moved[b.job] {
-			out = append(out, b)
+		keep := victimBatch{job: b.job}
+		for _, t := range b.tasks {
+			if !moved[[2]int{b.job, t}] {
+				keep.tasks = append(keep.tasks, t)
+				keep.gpu += c.jobs[b.job].job.Tasks[t].GPU
+			}
+		}
+		if len(keep.tasks) > 0 {
+			out = append(out, keep)
 		}
 	}
 	return out
