@@ -43,10 +43,9 @@ package sched
 
 // jobQueue hands out waiting jobs in KAI's order. Allocate takes one job at
 // a time and pushes a job that grew back in (actions/allocate Execute); the
-// order is re-evaluated on every take from the state as it is then, which
-// only the taken job's placement may have changed (only its queue and
-// ancestors are compared again: a caller that changes other queues between
-// takes must build a new jobQueue).
+// order is re-evaluated on every take from the state as it is then: the
+// taken job's queue and its ancestors are compared again, and so are the
+// queues a caller touches (those whose jobs it evicted).
 type jobQueue struct {
 	c     *cycle
 	total Resources
@@ -169,7 +168,7 @@ func (o *jobQueue) next() int {
 	h[0] = h[last]
 	o.jobs[l] = h[:last]
 	o.down(l, 0)
-	o.touch(l)
+	o.mark(l)
 	return j
 }
 
@@ -178,11 +177,24 @@ func (o *jobQueue) push(j int) {
 	q := o.c.jobs[j].queue
 	o.jobs[q] = append(o.jobs[q], o.c.heapJob(j))
 	o.up(q, len(o.jobs[q])-1)
-	o.touch(q)
+	o.mark(q)
 }
 
-// touch marks queue q and its ancestors for re-evaluation.
+// touch tells the queue that an action changed queue q other than by
+// placing the job it took (victims left it): its waiting jobs are ordered
+// again (a victim may itself wait for elastic members) and it and its
+// ancestors are compared again.
 func (o *jobQueue) touch(q int) {
+	h := o.jobs[q]
+	for i := range h {
+		h[i] = o.c.heapJob(int(h[i].job))
+	}
+	o.heapify(q)
+	o.mark(q)
+}
+
+// mark marks queue q and its ancestors for re-evaluation.
+func (o *jobQueue) mark(q int) {
 	for _, a := range o.c.queues[q].path {
 		o.dirty[a] = true
 	}
