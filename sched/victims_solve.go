@@ -154,7 +154,7 @@ func (c *cycle) trySolution(x *victimIndex, j int, toMin []int, req Resources, s
 			c.evictAndPlace(j, toMin, req, set, rules) // worked a moment ago
 		}
 	}
-	stopped := c.moveVictims(set, rules.action)
+	stopped := c.moveVictims(set, rules.action, "moved to make room for job "+c.jobs[j].job.Name)
 	if rules.validate != nil && !rules.validate(stopped, before) {
 		c.rollback(mark)
 		return false
@@ -182,8 +182,8 @@ func (c *cycle) trySolution(x *victimIndex, j int, toMin []int, req Resources, s
 // minimum, then the older submission), each job as allocate would place
 // it (podgroup_info.GetTasksToAllocate): the members it misses to reach
 // its minimum, all or none, else one member. It returns what stops: the
-// batches' tasks that landed nowhere.
-func (c *cycle) moveVictims(set []victimBatch, a Action) []victimBatch {
+// batches' tasks that landed nowhere. A moved task's eviction says why.
+func (c *cycle) moveVictims(set []victimBatch, a Action, why string) []victimBatch {
 	var jobs []int
 	tasks := map[int][]int{}
 	for _, b := range set {
@@ -215,6 +215,7 @@ func (c *cycle) moveVictims(set []victimBatch, a Action) []victimBatch {
 			c.pipelineAll(v, m)
 			for _, t := range ts {
 				moved[[2]int{v, t}] = true
+				c.jobs[v].tasks[t].reason = why
 			}
 		}
 	}
