@@ -61,3 +61,56 @@ func TestConsolidationMovesEveryVictimOrNothing(t *testing.T) {
 	}
 	t.Logf("%d consolidation moves checked", moves)
 }
+
+// TestPipelinedGangStartsTogether checks over random clusters with
+// releasing tasks KAI's gang rule for pipelining: a job that has a member pipelined never has
+// another bound in the same plan unless the bound and running members
+// already reach its minimum.
+func TestPipelinedGangStartsTogether(t *testing.T) {
+	cases := 3000
+	if testing.Short() {
+		cases = 300
+	}
+	checked := 0
+	for seed := range cases {
+		r := rand.New(rand.NewPCG(uint64(seed), 13))
+		s := randomCluster(r)
+		applyPlan(r, s, Schedule(s)) // marks some running tasks releasing
+		s.Policy.Actions = []Action{Allocate, Consolidate}
+		p := Schedule(s)
+		bound, pipelined := map[string]int{}, map[string]int{}
+		for _, pl := range p.Placements {
+			if pl.Pipelined {
+				pipelined[pl.Job]++
+			} else {
+				bound[pl.Job]++
+			}
+		}
+		evicted := map[string]int{}
+		for _, e := range p.Evictions {
+			evicted[e.Job]++
+		}
+		for i := range s.Jobs {
+			j := &s.Jobs[i]
+			if pipelined[j.Name] == 0 || bound[j.Name] == 0 {
+				continue
+			}
+			checked++
+			running := -evicted[j.Name]
+			for _, task := range j.Tasks {
+				if task.Status == Running {
+					running++
+				}
+			}
+			minM := j.MinMembers
+			if minM <= 0 || minM > len(j.Tasks) {
+				minM = len(j.Tasks)
+			}
+			if running+bound[j.Name] < minM {
+				t.Fatalf("seed %d: job %s has %d members bound and %d pipelined below its minimum %d (%d running)",
+					seed, j.Name, bound[j.Name], pipelined[j.Name], minM, running)
+			}
+		}
+	}
+	t.Logf("%d jobs with both bound and pipelined members checked", checked)
+}
