@@ -9,6 +9,7 @@ type victimBatch struct {
 	job   int
 	tasks []int
 	gpu   int64 // milli-GPUs the batch frees
+	core  bool  // the job's last running tasks: it stops with them
 }
 
 // victimQueue yields victims one batch at a time in KAI's order
@@ -87,7 +88,12 @@ func (vq *victimQueue) next() (victimBatch, bool) {
 	}
 	taken := vq.taken[v]
 	js := &c.jobs[v]
-	run := c.runningTasks(v)[taken:] // newest first; the first taken already went
+	run := c.runningTasks(v) // newest first; the first taken already went
+	if taken >= len(run) {
+		vq.taken[v] = len(c.jobs[v].tasks) // nothing left to give
+		return vq.next()
+	}
+	run = run[taken:]
 	b := victimBatch{job: v}
 	if js.active-taken > js.minM {
 		b.tasks = run[:1]
@@ -95,7 +101,7 @@ func (vq *victimQueue) next() (victimBatch, bool) {
 		vq.back[q] = append(vq.back[q], int32(v))
 		slicesSortBack(c, vq.back[q], vq.taken)
 	} else {
-		b.tasks = run
+		b.tasks, b.core = run, true
 		vq.taken[v] = taken + len(run)
 	}
 	for _, t := range b.tasks {

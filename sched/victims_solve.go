@@ -55,7 +55,7 @@ func (c *cycle) solveWithVictims(x *victimIndex, j int, toMin []int, rules victi
 			if !ok {
 				break
 			}
-			if rules.protected != nil && vq.taken[b.job] >= c.jobs[b.job].active && rules.protected(b.job) {
+			if b.core && rules.protected != nil && rules.protected(b.job) {
 				continue // would take a protected job below its minimum
 			}
 			acc = append(acc, b)
