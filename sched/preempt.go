@@ -11,6 +11,7 @@ import "strconv"
 func (c *cycle) preempt() {
 	next, touch := c.victimSeekers()
 	var x *victimIndex
+	failed := map[string]bool{}
 	for j := next(); j >= 0; j = next() {
 		if x == nil {
 			x = c.buildVictimIndex()
@@ -22,6 +23,10 @@ func (c *cycle) preempt() {
 		}
 		if !js.job.Preemptible && c.gate(j, js.request(toMin)) != "" {
 			continue // KAI IsNonPreemptibleJobOverQueueQuotaFn
+		}
+		key := c.solveKey(j, toMin)
+		if failed[key] {
+			continue
 		}
 		if !c.solveWithVictims(x, j, toMin, victimRules{
 			action: Preempt,
@@ -36,6 +41,7 @@ func (c *cycle) preempt() {
 					" in queue " + js.job.Queue
 			},
 		}) {
+			failed[key] = true
 			continue
 		}
 		touch(js.queue)

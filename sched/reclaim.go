@@ -16,6 +16,7 @@ package sched
 func (c *cycle) reclaim() {
 	next, touch := c.victimSeekers()
 	var x *victimIndex
+	failed := map[string]bool{}
 	var holders []int
 	for j := next(); j >= 0; j = next() {
 		if x == nil {
@@ -44,6 +45,10 @@ func (c *cycle) reclaim() {
 		if len(from) == 0 {
 			continue
 		}
+		key := c.solveKey(j, toMin)
+		if failed[key] {
+			continue
+		}
 		if !c.solveWithVictims(x, j, toMin, victimRules{
 			action:    Reclaim,
 			queues:    from,
@@ -55,6 +60,7 @@ func (c *cycle) reclaim() {
 					": queue " + c.jobs[v].job.Queue + " holds more than it may keep"
 			},
 		}) {
+			failed[key] = true
 			continue
 		}
 		touch(js.queue)

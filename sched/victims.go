@@ -2,6 +2,7 @@ package sched
 
 import (
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -111,6 +112,15 @@ func (c *cycle) victimSeekers() (next func() int, touch func(q int)) {
 		return !js.tried || js.capacityBound
 	})
 	return o.next, o.touch
+}
+
+// solveKey identifies what a victim search for job j's tasks depends on
+// besides the victims: its queue, priority, preemptibility and task
+// shapes. A job whose key already failed in the action is not searched
+// again (KAI's MinimalJobRepresentatives per queue).
+func (c *cycle) solveKey(j int, tasks []int) string {
+	js := &c.jobs[j]
+	return strconv.Itoa(js.queue) + "|" + strconv.Itoa(js.job.Priority) + "|" + strconv.FormatBool(js.job.Preemptible) + "|" + c.shapeKey(j, tasks)
 }
 
 // tasksToSolve are the tasks KAI's solvers place for job j: the members it

@@ -5,10 +5,11 @@ import (
 	"strings"
 )
 
-// maxScenarios bounds the victim sets tried for one job, like KAI's search
-// budget (actions/common/solvers/search_budget.go): a job no set can help
-// must not cost a cycle its time.
-const maxScenarios = 20000
+// maxScenarios bounds the victim sets each search (node by node, then
+// across nodes) tries for one job, like KAI's search budget
+// (actions/common/solvers/search_budget.go): a job no set can help must
+// not cost a cycle its time.
+const maxScenarios = 1024
 
 // victimRules says what an action may evict for job j.
 type victimRules struct {
@@ -45,8 +46,8 @@ func (c *cycle) solveWithVictims(x *victimIndex, j int, toMin []int, rules victi
 	}
 	js := &c.jobs[j]
 	req := js.request(toMin)
-	tried := 0
 	for _, perNode := range []bool{true, false} {
+		tried := 0
 		vq := c.newVictimQueue(x, j, rules.queues, rules.jobOK)
 		var acc []victimBatch
 		var accGPU int64
