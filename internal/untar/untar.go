@@ -101,7 +101,7 @@ func (w *walker) next() (entry, error) {
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeDir:
 	case tar.TypeSymlink:
-		if err := checkLink(name, hdr.Linkname); err != nil {
+		if err := CheckLink(name, hdr.Linkname); err != nil {
 			return entry{}, err
 		}
 		w.links[name] = true
@@ -142,9 +142,10 @@ func cleanName(name string) (string, error) {
 	return c, nil
 }
 
-// checkLink allows a relative link whose target, from the link's
-// directory, stays inside the root.
-func checkLink(name, target string) error {
+// CheckLink allows a relative link at name (slash-separated, relative)
+// whose target, from the link's directory, stays inside the root; a packer
+// uses it to leave out links an unpacker would refuse.
+func CheckLink(name, target string) error {
 	if target == "" || strings.HasPrefix(target, "/") || strings.ContainsRune(target, 0) {
 		return refuse("symbolic link %q -> %q: only relative links inside the upload are allowed", name, target)
 	}
