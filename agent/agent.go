@@ -44,8 +44,11 @@ type Config struct {
 	// AllowPrivileged reports, in host info, that the runtime runs
 	// privileged jobs (RunPolicy.PrivilegedAllowed); the runtime enforces it.
 	AllowPrivileged bool
-	Version         string
-	Logger          zerolog.Logger
+	// Volumes is what host paths jobs may mount (instance volumes); the
+	// agent checks every job's against it at start and reports it.
+	Volumes VolumePolicy
+	Version string
+	Logger  zerolog.Logger
 }
 
 // Agent manages the jobs of one host: it starts them through the runtime,
@@ -124,6 +127,9 @@ func (a *Agent) Start(ctx context.Context, spec api.JobSpec) (api.JobStatus, err
 	if !jobIDPattern.MatchString(spec.ID) {
 		return api.JobStatus{}, fmt.Errorf("%w: id %q: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalid, spec.ID)
 	}
+	if spec.Upload != "" && !a.HasUpload(spec.Upload) {
+		return api.JobStatus{}, fmt.Errorf("%w: upload %s (the run's repos and files) is not on this host; the server sends it before the start", ErrInvalid, spec.Upload)
+	}
 	j := &job{done: make(chan struct{}), rec: state.Record{Spec: spec, Status: api.JobStatus{
 		ID: spec.ID, RunName: spec.RunName, Runtime: a.rt.Name(), State: api.JobPulling, CreatedAt: time.Now().UTC(),
 	}}}
@@ -136,7 +142,13 @@ func (a *Agent) Start(ctx context.Context, spec api.JobSpec) (api.JobStatus, err
 	a.mu.Unlock()
 	// The job is first written once it runs (one fsync per start); if the
 	// agent dies mid-start, Adopt still finds the container by its labels.
-	h, err := a.rt.Start(ctx, spec, func() { a.log.Info().Str("job", spec.ID).Str("image", spec.Image).Msg("pulling image") })
+	// Instance volumes are the host admin's to allow: checked here, on
+	// the host, whatever the server let through.
+	var h runtime.Handle
+	started, err := a.cfg.Volumes.Prepare(spec, a.log)
+	if err == nil {
+		h, err = a.rt.Start(ctx, started, func() { a.log.Info().Str("job", spec.ID).Str("image", spec.Image).Msg("pulling image") })
+	}
 	if err != nil {
 		a.finish(j, runtime.Exit{Code: -1, FinishedAt: time.Now()}, api.ExitStartFailed, err.Error(), false)
 		return a.status(j), err

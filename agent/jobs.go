@@ -39,7 +39,9 @@ func (a *Agent) List() []api.JobStatus {
 	a.mu.Lock()
 	out := make([]api.JobStatus, 0, len(a.jobs))
 	for _, j := range a.jobs {
-		out = append(out, j.rec.Status)
+		st := j.rec.Status
+		st.Sessions = a.sessions.of(st.ID)
+		out = append(out, st)
 	}
 	a.mu.Unlock()
 	slices.SortFunc(out, func(x, y api.JobStatus) int {

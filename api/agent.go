@@ -61,6 +61,11 @@ type JobSpec struct {
 	Cluster JobCluster `json:"cluster,omitzero"`
 	// Labels are copied onto the container (or process record) as is.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Upload is the SHA-256 (hex) of the archive of the run's repos and
+	// files, which the server PUTs to the agent (/api/v1/uploads/{sha256})
+	// before the start; the agent unpacks it into the job's working
+	// directory before the commands run.
+	Upload string `json:"upload,omitempty"`
 }
 
 // JobRegistryAuth holds credentials for one image registry.
@@ -98,11 +103,16 @@ type JobPort struct {
 	HostIP string `json:"host_ip,omitempty"`
 }
 
-// JobVolume mounts a host path into the job.
+// JobVolume mounts a host path into the job (an instance volume). The
+// agent mounts only host paths under its admin's VolumePrefixes, never its
+// data dirs, and makes a missing directory (mode 0777, as dstack does).
 type JobVolume struct {
 	HostPath string `json:"host_path"`
 	Path     string `json:"path"`
 	ReadOnly bool   `json:"read_only,omitempty"`
+	// Optional skips the volume (the job runs without it) where this host
+	// cannot mount it, instead of failing the job.
+	Optional bool `json:"optional,omitempty"`
 }
 
 // JobCluster is the job's place in a multi-node gang; the agent turns it
@@ -236,6 +246,14 @@ type HostInfo struct {
 	// the server's own host): without it the agent refuses them, as a
 	// privileged container is root on the host.
 	AllowPrivileged bool `json:"allow_privileged,omitempty"`
+	// VolumePrefixes are the host directories under which the host's admin
+	// lets jobs mount instance volumes (`gpud agent --allow-volume-prefix`,
+	// `gpud serve --allow-volume-prefix` for the server's own host; "/" in
+	// the embedded laptop mode); none: no instance volume.
+	VolumePrefixes []string `json:"volume_prefixes,omitempty"`
+	// VolumeDenied are the host paths no instance volume may be, lie in or
+	// contain, whatever the prefixes: the agent's and server's data dirs.
+	VolumeDenied []string `json:"volume_denied,omitempty"`
 }
 
 // DockerInfo says whether the host's Docker engine is usable.

@@ -81,6 +81,8 @@ func commands() []*cli.Command {
 		logsCommand(),
 		stopCommand(),
 		attachCommand(),
+		sshConfigCommand(),
+		sshProxyCommand(),
 		queueCommand(),
 		offerCommand(),
 		secretCommand(),

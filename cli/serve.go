@@ -36,6 +36,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "process-user", Value: agent.DefaultProcessUser, Usage: "with --runtime process: the unprivileged user jobs run as (the server must be root)"},
 			&cli.BoolFlag{Name: "process-as-server-user", Usage: "with --runtime process on a server that is not root: accept that jobs run as the server's user and can read its data dir and state key"},
 			&cli.BoolFlag{Name: "allow-privileged", Usage: "let runs with privileged: true run on this server's own host (such a container is root here)"},
+			&cli.StringSliceFlag{Name: "allow-volume-prefix", Usage: "let runs mount instance volumes (host paths) under these directories of this server's own host, like /data,/scratch (never its data dir); none by default"},
 			&cli.StringFlag{Name: "process-work-dir", Usage: "with --runtime process: where each job gets a fresh working directory (default /var/tmp/gpud-work-<hash>)"},
 			&cli.StringFlag{Name: "registration-listen", Usage: "accept `gpud agent --server` hosts over TLS on this address, like :8443 (docs/fleets.md)"},
 			&cli.StringFlag{Name: "registration-cert", Usage: "TLS certificate for --registration-listen (default: a self-signed one, its CA in DATA_DIR/registration-ca.pem)"},
@@ -75,7 +76,7 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 		DefaultImage: c.String("default-image"), ProcessUser: c.String("process-user"),
 		PythonImage: c.String("python-image"), NvccImage: c.String("nvcc-image"), DindImage: c.String("dind-image"),
 		ProcessAsServerUser: c.Bool("process-as-server-user"), ProcessWorkRoot: c.String("process-work-dir"),
-		AllowPrivileged:    c.Bool("allow-privileged"),
+		AllowPrivileged: c.Bool("allow-privileged"), VolumePrefixes: c.StringSlice("allow-volume-prefix"),
 		RegistrationListen: c.String("registration-listen"), RegistrationCert: c.String("registration-cert"), RegistrationKey: c.String("registration-key"),
 		FairShareWindow: window, FairShareHalfLife: halfLife, FairShareK: k,
 	})

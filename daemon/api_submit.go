@@ -203,12 +203,17 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 		if n.group != "" {
 			js.Labels["dev.gpud.group"] = n.group
 		}
-		jst := jobRecordSpec{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: replicaNodes, Group: n.group, Request: requestOf(n.res), Spec: js, SubmittedAt: now, NotBefore: notBefore}
-		// Only hosts that can honour privileged and python take the job.
-		jst.Request.Needs.Privileged = js.Privileged
-		if spec.Python != "" {
-			jst.Request.Needs.Python, jst.Request.Needs.Image = spec.Python, js.Image != "" || (!s.opts.Embedded && s.opts.DefaultImage != "")
+		if js.Volumes, err = jobVolumes(spec.Volumes, n, replicaNodes); err != nil {
+			return nil, err
 		}
+		jst := jobRecordSpec{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: replicaNodes, Group: n.group, Request: requestOf(n.res), Spec: js, SubmittedAt: now, NotBefore: notBefore}
+		// Only hosts that can honour privileged, python and volumes take the job.
+		jst.Request.Needs.Privileged = js.Privileged
+		image := js.Image != "" || (!s.opts.Embedded && s.opts.DefaultImage != "")
+		if spec.Python != "" {
+			jst.Request.Needs.Python, jst.Request.Needs.Image = spec.Python, image
+		}
+		volumeNeeds(&jst.Request.Needs, js.Volumes, image)
 		sub.jobs = append(sub.jobs, store.Record{
 			Kind: store.KindJob, ID: jobID, Project: project, Run: runID, Name: fmt.Sprintf("%s-%d-%d", name, n.replica, n.rank),
 			Status: store.JobSubmitted, Queue: queueID(project, queue), User: user, Reason: "submitted",

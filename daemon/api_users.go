@@ -120,7 +120,7 @@ func (s *accountsAPI) handleDeleteUser(w http.ResponseWriter, r *http.Request) e
 	if _, err := s.store.Users().Get(name); err != nil {
 		return notFound("user", name)
 	}
-	muts := []store.Mutation{store.Delete(store.KindUser, name)}
+	muts := []store.Mutation{store.Delete(store.KindUser, name), store.KVDelete(sshKeyKV(name))}
 	for _, m := range s.store.Members().List() {
 		if m.User == name {
 			muts = append(muts, store.Delete(store.KindMember, m.ID))

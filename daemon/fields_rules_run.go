@@ -14,8 +14,13 @@ var runRules = fieldRules{
 	"resources":        {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
 	"resources.memory": {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
 
-	"volumes": {All: &refusal{Why: "volumes are not mounted yet (dev environments, files and volumes come in one piece of work)",
-		Instead: "drop volumes and keep data in the image or fetch it in commands; for host paths, bake them into a Docker image"}},
+	// Instance volumes (host paths the host's admin allows); daemon/volumes.go.
+	"volumes":               {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath"}},
+	"volumes.instance_path": {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeAttacksAreRefusedWithTheField"}, Check: checkVolumeHostPath},
+	"volumes.path":          {Proof: []string{"daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath", "daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost"}, Check: checkVolumePath},
+	"volumes.optional":      {Proof: []string{"daemon.TestOptionalInstanceVolumeIsSkippedWhereTheHostDoesNotAllowIt"}, Note: noteOptionalVolumes},
+	"volumes.name": {All: &refusal{Why: "network volumes need a backend's volume API, which gpud has not yet",
+		Instead: "mount a host directory instead (- /data/cache:/cache, under a directory the host's admin allows), or keep data in object storage"}},
 	"repos": {All: &refusal{Why: "repos are not uploaded or cloned yet",
 		Instead: "drop repos and `git clone` in commands (a private repo's token from ${{ secrets.X }})"}},
 	"files": {All: &refusal{Why: "files are not uploaded yet",

@@ -125,7 +125,7 @@ func refusalsOf(r fieldRule) []refusal {
 // configuration that is otherwise honoured, to prove the refusal reaches
 // the plan with the field's path and line.
 var refusedSamples = map[string]string{
-	"volumes":                          "type: task\ncommands: [true]\nvolumes:\n  - /data:/data\n",
+	"volumes.name":                     "type: task\ncommands: [true]\nvolumes:\n  - name: my-vol\n    path: /data\n",
 	"repos":                            "type: task\ncommands: [true]\nrepos:\n  - .\n",
 	"files":                            "type: task\ncommands: [true]\nfiles:\n  - ./x:/x\n",
 	"dev-environment:ide":              "type: dev-environment\nide: vscode\n",

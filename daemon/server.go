@@ -72,6 +72,10 @@ type Options struct {
 	// fleet (the server's own host, where such a container is root); off,
 	// they fail at start with the fix. The embedded server ignores it.
 	AllowPrivileged bool
+	// VolumePrefixes are the directories of the server's own host under
+	// which runs may mount instance volumes (--allow-volume-prefix); none
+	// by default, any (but the data dirs) in the embedded mode.
+	VolumePrefixes []string
 	// ProcessWorkRoot holds the process runtime's per-job working
 	// directories (default /var/tmp/gpud-work-<hash>; see process.Config).
 	ProcessWorkRoot string

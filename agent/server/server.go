@@ -18,10 +18,12 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"golang.org/x/crypto/ssh"
 
 	"gpud.dev/gpud/agent"
 	"gpud.dev/gpud/agent/metrics"
@@ -51,6 +53,7 @@ func New(a *agent.Agent, token string, log zerolog.Logger) (http.Handler, error)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/wait", s.wait)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/logs", s.logs)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/metrics", s.metrics)
+	mux.HandleFunc("GET /api/v1/jobs/{id}/ssh", s.ssh)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.NewRegistry(a), promhttp.HandlerOpts{}))
 	return authenticate(token, mux), nil
 }
@@ -58,6 +61,10 @@ func New(a *agent.Agent, token string, log zerolog.Logger) (http.Handler, error)
 type server struct {
 	a   *agent.Agent
 	log zerolog.Logger
+
+	hostKeyOnce sync.Once // ssh.go
+	hostKey     ssh.Signer
+	hostKeyErr  error
 }
 
 func authenticate(token string, next http.Handler) http.Handler {

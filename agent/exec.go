@@ -1,0 +1,94 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"gpud.dev/gpud/agent/runtime"
+	"gpud.dev/gpud/api"
+)
+
+// Exec runs req inside the running job id (see runtime.Execer) and
+// returns the command's exit code. The command is killed when ctx ends or
+// when the job ends. While it runs the job counts an active session, so
+// its status shows who is connected and since when it was last used.
+func (a *Agent) Exec(ctx context.Context, id string, req runtime.ExecRequest) (int, error) {
+	j, err := a.get(id)
+	if err != nil {
+		return -1, err
+	}
+	a.mu.Lock()
+	h, state := j.rec.Handle, j.rec.Status.State
+	a.mu.Unlock()
+	if state != api.JobRunning || h.ID == "" {
+		return -1, fmt.Errorf("job %s is %s, not running: %w", id, state, ErrInvalid)
+	}
+	e, ok := a.rt.(runtime.Execer)
+	if !ok {
+		return -1, fmt.Errorf("job %s: the %s runtime cannot run commands in its jobs: %w", id, a.rt.Name(), ErrInvalid)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-j.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	done := a.sessions.begin(id)
+	defer done()
+	return e.Exec(ctx, h, req)
+}
+
+// Touch records activity in a session of job id (input from its client),
+// for inactivity policies.
+func (a *Agent) Touch(id string) { a.sessions.touch(id) }
+
+// sessions counts each job's interactive sessions and their last activity.
+type sessions struct {
+	mu   sync.Mutex
+	jobs map[string]*api.JobSessions
+}
+
+func (s *sessions) begin(id string) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.jobs == nil {
+		s.jobs = map[string]*api.JobSessions{}
+	}
+	st := s.jobs[id]
+	if st == nil {
+		st = &api.JobSessions{}
+		s.jobs[id] = st
+	}
+	st.Active++
+	st.LastActivity = time.Now()
+	return func() {
+		s.mu.Lock()
+		st.Active--
+		st.LastActivity = time.Now()
+		s.mu.Unlock()
+	}
+}
+
+func (s *sessions) touch(id string) {
+	s.mu.Lock()
+	if st := s.jobs[id]; st != nil {
+		st.LastActivity = time.Now()
+	}
+	s.mu.Unlock()
+}
+
+// of returns a copy of job id's sessions, nil when it never had one.
+func (s *sessions) of(id string) *api.JobSessions {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.jobs[id]; st != nil {
+		c := *st
+		return &c
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+package process
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/creack/pty"
+
+	"gpud.dev/gpud/agent/runtime"
+)
+
+var _ runtime.Execer = (*Runtime)(nil)
+
+// Exec runs req as the job's main process runs: as its user, in its
+// working directory, with its environment (read from /proc, since the
+// environment is never written to a file). With a TTY the command gets a
+// pseudo-terminal of its own (github.com/creack/pty: opening and sizing a
+// pty takes ioctls the standard library does not wrap) in a new session,
+// which ending ctx kills whole.
+func (r *Runtime) Exec(ctx context.Context, h runtime.Handle, req runtime.ExecRequest) (int, error) {
+	pid, _, err := parseHandle(h.ID)
+	if err != nil {
+		return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
+	}
+	c, err := readChild(r.jobDir(h.JobID))
+	if err != nil {
+		return -1, fmt.Errorf("job %s: exec: the job's process is not known: %w", h.JobID, err)
+	}
+	if c.PID > 0 {
+		pid = c.PID // the job's own process, not its shim
+	}
+	env, err := procEnviron(pid)
+	if err != nil {
+		return -1, fmt.Errorf("job %s: exec: read its environment: %w", h.JobID, err)
+	}
+	uid, gid, err := procCredential(pid)
+	if err != nil {
+		return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
+	}
+	dir := ""
+	if m, err := readMeta(r.jobDir(h.JobID)); err == nil && m.WorkDir != "" {
+		dir = m.WorkDir
+	} else if d, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil {
+		dir = d
+	}
+	shell := "/bin/sh"
+	if _, err := os.Stat("/bin/bash"); err == nil {
+		shell = "/bin/bash"
+	}
+	args := []string{shell, "-l"}
+	if req.Command != "" {
+		args = []string{shell, "-c", req.Command}
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = dir
+	cmd.Env = append(env, req.Env...)
+	if req.Term != "" {
+		cmd.Env = append(cmd.Env, "TERM="+req.Term)
+	}
+	if dir != "" {
+		cmd.Env = append(cmd.Env, "PWD="+dir, "HOME="+homeOr(env, dir))
+	}
+	attrs := &syscall.SysProcAttr{Setsid: true}
+	if uid != uint32(os.Geteuid()) || gid != uint32(os.Getegid()) {
+		attrs.Credential = &syscall.Credential{Uid: uid, Gid: gid}
+	}
+	if !req.TTY {
+		cmd.SysProcAttr = attrs
+		cmd.Stdout, cmd.Stderr = req.Stdout, req.Stderr
+		// Standard input is copied here, not by cmd, so that Wait does
+		// not wait for a client that never closes it.
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
+		}
+		if err := cmd.Start(); err != nil {
+			return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
+		}
+		go func() {
+			if req.Stdin != nil {
+				_, _ = io.Copy(stdin, req.Stdin) // ends when either side closes
+			}
+			stdin.Close()
+		}()
+		return waitExec(ctx, cmd)
+	}
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		return -1, fmt.Errorf("job %s: exec: open a terminal: %w", h.JobID, err)
+	}
+	defer ptmx.Close()
+	// The job's user owns its terminal, as sshd arranges for a login.
+	if err := tty.Chown(int(uid), int(gid)); err != nil {
+		tty.Close()
+		return -1, fmt.Errorf("job %s: exec: terminal owner: %w", h.JobID, err)
+	}
+	if err := pty.Setsize(ptmx, winsize(req.Size)); err != nil {
+		tty.Close()
+		return -1, fmt.Errorf("job %s: exec: terminal size: %w", h.JobID, err)
+	}
+	attrs.Setctty = true
+	cmd.SysProcAttr = attrs
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	err = cmd.Start()
+	tty.Close() // the child holds its own copy
+	if err != nil {
+		return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
+	}
+	go func() {
+		for ws := range req.Resize {
+			_ = pty.Setsize(ptmx, winsize(ws)) // the session may just have ended; a lost resize is harmless
+		}
+	}()
+	if req.Stdin != nil {
+		go func() { _, _ = io.Copy(ptmx, req.Stdin) }() // ends with the session
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(req.Stdout, ptmx) // EIO once the last holder of the terminal exits
+	}()
+	code, err := waitExec(ctx, cmd)
+	<-copied
+	return code, err
+}
+
+// waitExec waits for cmd; ending ctx kills its whole session.
+func waitExec(ctx context.Context, cmd *exec.Cmd) (int, error) {
+	stop := context.AfterFunc(ctx, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	defer stop()
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &exit):
+		if st, ok := exit.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+			return 128 + int(st.Signal()), nil
+		}
+		return exit.ExitCode(), nil
+	default:
+		return -1, err
+	}
+}
+
+func winsize(ws runtime.WindowSize) *pty.Winsize {
+	if ws.Rows == 0 || ws.Cols == 0 {
+		ws = runtime.WindowSize{Rows: 24, Cols: 80}
+	}
+	return &pty.Winsize{Rows: ws.Rows, Cols: ws.Cols}
+}
+
+// procEnviron is the environment a process started with.
+func procEnviron(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		if len(kv) > 0 {
+			env = append(env, string(kv))
+		}
+	}
+	return env, nil
+}
+
+// procCredential is the effective uid and gid a process runs as.
+func procCredential(pid int) (uid, gid uint32, err error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, 0, err
+	}
+	var got int
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		f := strings.Fields(v)
+		if !ok || len(f) < 2 || (k != "Uid" && k != "Gid") {
+			continue
+		}
+		n, err := strconv.ParseUint(f[1], 10, 32) // effective id
+		if err != nil {
+			return 0, 0, fmt.Errorf("process %d: %s: %w", pid, k, err)
+		}
+		if k == "Uid" {
+			uid = uint32(n)
+		} else {
+			gid = uint32(n)
+		}
+		got++
+	}
+	if got != 2 {
+		return 0, 0, fmt.Errorf("process %d: no Uid or Gid in its status", pid)
+	}
+	return uid, gid, nil
+}
+
+// homeOr is the job's HOME, or dir when it has none.
+func homeOr(env []string, dir string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok && v != "" {
+			return v
+		}
+	}
+	return dir
+}

@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
+)
+
+// sshClient runs Debian's OpenSSH client (ssh, scp) with c's home, so
+// it reads the config and keys gpud wrote there and ProxyCommand finds
+// the server c logged in to.
+func (c *cli) ssh(ctx context.Context, prog string, args ...string) result {
+	c.t.Helper()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Dir, cmd.Env = c.home, c.env
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatalf("%s %s: %v", prog, strings.Join(args, " "), err)
+	}
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+// TestSSHReachesTheDevEnvironmentThroughTheServer drives the real ssh and
+// scp through the entry `gpud ssh-config` writes: a shell command runs
+// inside the dev environment (its working directory, its environment), a
+// file is copied in with scp, a key the server did not register for the
+// user is refused, and a user cannot reach a run of a project of which
+// they are not a member. The host opens no port: the stream goes through
+// the server to the agent's existing link.
+func TestSSHReachesTheDevEnvironmentThroughTheServer(t *testing.T) {
+	for _, prog := range []string{"ssh", "scp", "ssh-keygen"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			t.Fatalf("%s is needed (apt-get install openssh-client): %v", prog, err)
+		}
+	}
+	s := startServer(t, "process")
+	ctx := timeout(t, 3*time.Minute)
+	admin, err := api.NewClient(s.url, s.token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := writeConfig(t, s.cli.home, "dev.yml", "type: dev-environment\nname: dev\nenv:\n  - MARKER=inside-the-job\n"+
+		"init:\n  - echo \"workdir=$(pwd)\"\nresources:\n  disk: 1GB..\n")
+	s.cli.must(ctx, "run", "-y", "-d", dev)
+	t.Cleanup(func() { s.cli.run(context.Background(), "stop", "--abort", "dev") })
+	waitRunning(t, s, "dev")
+	var workdir string
+	testutil.Eventually(t, 30*time.Second, func() error {
+		m := regexp.MustCompile(`workdir=(/\S+)`).FindStringSubmatch(s.cli.must(ctx, "logs", "dev").stdout)
+		if m == nil {
+			return fmt.Errorf("the dev environment has not printed its working directory yet")
+		}
+		workdir = m[1]
+		return nil
+	})
+
+	out := s.cli.must(ctx, "ssh-config", "--no-include", "dev")
+	config := filepath.Join(s.cli.home, ".gpud", "ssh", "config")
+	if !strings.Contains(out.stdout, config) {
+		t.Fatalf("ssh-config does not name %s:\n%s", config, out.stdout)
+	}
+
+	t.Run("a command runs inside the job", func(t *testing.T) {
+		r := s.cli.ssh(ctx, "ssh", "-F", config, "dev", "echo hello; pwd; echo $MARKER")
+		if r.code != 0 {
+			t.Fatalf("ssh dev: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		if want := "hello\n" + workdir + "\ninside-the-job\n"; r.stdout != want {
+			t.Fatalf("ssh dev printed %q, want %q (the job's working directory and environment)", r.stdout, want)
+		}
+		if r := s.cli.ssh(ctx, "ssh", "-F", config, "dev", "exit 7"); r.code != 7 {
+			t.Fatalf("ssh dev 'exit 7': exit %d, want the command's 7\n%s", r.code, r.stderr)
+		}
+	})
+
+	t.Run("scp copies a file into the job", func(t *testing.T) {
+		local := filepath.Join(s.cli.home, "payload.txt")
+		if err := os.WriteFile(local, []byte("copied-by-scp\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := s.cli.ssh(ctx, "scp", "-F", config, local, "dev:payload.txt"); r.code != 0 {
+			t.Fatalf("scp: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		r := s.cli.ssh(ctx, "ssh", "-F", config, "dev", "cat "+workdir+"/payload.txt")
+		if r.code != 0 || r.stdout != "copied-by-scp\n" {
+			t.Fatalf("the copied file in the job: exit %d, %q\n%s", r.code, r.stdout, r.stderr)
+		}
+	})
+
+	t.Run("a key the server did not register is refused", func(t *testing.T) {
+		wrong := filepath.Join(s.cli.home, "wrong_key")
+		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", wrong).CombinedOutput(); err != nil {
+			t.Fatalf("ssh-keygen: %v\n%s", err, out)
+		}
+		b, err := os.ReadFile(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		good := filepath.Join(s.cli.home, ".gpud", "ssh", "id_ed25519")
+		wrongConfig := writeConfig(t, s.cli.home, "wrong_config", strings.ReplaceAll(string(b), good, wrong))
+		r := s.cli.ssh(ctx, "ssh", "-F", wrongConfig, "-o", "BatchMode=yes", "dev", "echo reached")
+		if r.code == 0 || strings.Contains(r.stdout, "reached") || !strings.Contains(r.stderr, "Permission denied") {
+			t.Fatalf("ssh with an unregistered key: exit %d, stdout %q, stderr %q; want Permission denied", r.code, r.stdout, r.stderr)
+		}
+	})
+
+	t.Run("another project's run is refused", func(t *testing.T) {
+		if _, err := admin.CreateProject(ctx, "other"); err != nil {
+			t.Fatal(err)
+		}
+		other := writeConfig(t, s.cli.home, "other.yml", "type: dev-environment\nname: secret-dev\nresources:\n  disk: 1GB..\n")
+		s.cli.must(ctx, "run", "-y", "-d", "--project", "other", other)
+		t.Cleanup(func() { s.cli.run(context.Background(), "stop", "--abort", "--project", "other", "secret-dev") })
+		alice, err := admin.CreateUser(ctx, api.CreateUserRequest{Name: "alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.SetMember(ctx, "main", "alice", api.RoleUser); err != nil {
+			t.Fatal(err)
+		}
+		a := newCLI(t)
+		a.must(ctx, "login", "--url", s.url, "--token", alice.Token)
+		a.must(ctx, "ssh-config", "--no-include", "dev")
+		aliceConfig := filepath.Join(a.home, ".gpud", "ssh", "config")
+		// Her own key reaches her project's run.
+		if r := a.ssh(ctx, "ssh", "-F", aliceConfig, "dev", "echo alice-in"); r.code != 0 || r.stdout != "alice-in\n" {
+			t.Fatalf("alice's ssh to her project's run: exit %d, %q\n%s", r.code, r.stdout, r.stderr)
+		}
+		// The other project's run exists and runs, but she is no member.
+		r := a.ssh(ctx, "ssh", "-F", aliceConfig, "-o", "BatchMode=yes",
+			"-o", "ProxyCommand="+gpudBin+" ssh-proxy --project other secret-dev", "dev", "echo reached")
+		if r.code == 0 || strings.Contains(r.stdout, "reached") || !strings.Contains(r.stderr, "not found") {
+			t.Fatalf("ssh to another project's run: exit %d, stdout %q, stderr %q; want it refused as not found", r.code, r.stdout, r.stderr)
+		}
+	})
+}
+
+// waitRunning waits for run name to be running.
+func waitRunning(t *testing.T, s *server, name string) {
+	t.Helper()
+	testutil.Eventually(t, time.Minute, func() error {
+		if run, _ := s.runStatus(t, name); run.Status != "running" {
+			return fmt.Errorf("run %s is %q", name, run.Status)
+		}
+		return nil
+	})
+}
