@@ -68,6 +68,8 @@ type Agent struct {
 
 	mu   sync.Mutex
 	jobs map[string]*job
+
+	sessions sessions // interactive sessions per job (exec.go)
 }
 
 // job is the in-memory record of one job; changed only under Agent.mu.
@@ -256,6 +258,7 @@ func (a *Agent) status(j *job) api.JobStatus {
 	defer a.mu.Unlock()
 	st := j.rec.Status
 	st.Ports = slices.Clone(st.Ports)
+	st.Sessions = a.sessions.of(st.ID)
 	return st
 }
 

@@ -177,6 +177,8 @@ type JobStatus struct {
 	// EndedWhileAgentDown is set for jobs that finished while the agent
 	// was not running; their exit code was recovered at restart.
 	EndedWhileAgentDown bool `json:"ended_while_agent_down,omitempty"`
+	// Sessions are the job's interactive (SSH) sessions; nil if none ever.
+	Sessions *JobSessions `json:"sessions,omitempty"`
 }
 
 // LogStream names a job output stream.
