@@ -140,7 +140,7 @@ func openDocker(ctx context.Context, o RuntimeOptions) (*docker.Runtime, api.Doc
 // openProcess opens the process runtime, its jobs' files under DataDir/jobs.
 func openProcess(o RuntimeOptions) (*process.Runtime, error) {
 	return process.New(process.Config{DataDir: filepath.Join(o.DataDir, "jobs"), AgentID: o.AgentID,
-		ShimCommand: o.ShimCommand, RunAs: o.ProcessUser, WorkRoot: o.ProcessWorkRoot})
+		ShimCommand: o.ShimCommand, RunAs: o.ProcessUser, WorkRoot: o.ProcessWorkRoot, UploadDir: UploadDir(o.DataDir)})
 }
 
 // LoadOrCreateToken returns the agent's API token from dataDir/token,

@@ -84,6 +84,7 @@ var Routes = []Route{
 	{"GET", projectPrefix + "/members", AccessProjectUser, "-", "[]Member"},
 	{"PUT", projectPrefix + "/members/{user}", AccessProjectManager, "SetMemberRequest", "Member (never above the caller's own role)"},
 	{"DELETE", projectPrefix + "/members/{user}", AccessProjectManager, "-", "204 (never a member above the caller's own role)"},
+	{"PUT", projectPrefix + "/uploads/{sha256}", AccessProjectUser, "tar.gz of repos and files (Content-Length required)", "Upload (201 stored, 200 already stored; 413 over the server's limit, before any byte is read)"},
 	{"POST", projectPrefix + "/runs/plan", AccessProjectUser, "ApplyRunRequest", "RunPlan"},
 	{"POST", projectPrefix + "/runs/apply", AccessProjectUser, "ApplyRunRequest", "Run (201 new, 200 replaced)"},
 	{"GET", projectPrefix + "/runs", AccessProjectUser, "?all=true", "[]Run (active runs; all=true adds finished)"},

@@ -175,6 +175,10 @@ type ApplyRunRequest struct {
 	// Force replaces an active run of the same name (it is stopped first)
 	// instead of answering 409.
 	Force bool `json:"force,omitempty"`
+	// Upload is the SHA-256 (hex) of the archive of the configuration's
+	// repos and files, PUT to .../uploads/{sha256} of the same project
+	// first; required when the configuration sets repos or files.
+	Upload string `json:"upload,omitempty"`
 }
 
 // RunPlan is what a run would get if applied now.

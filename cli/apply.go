@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/upload"
 )
 
 // applyCommand creates or updates any configuration on the server.
@@ -69,7 +70,11 @@ func runApply(c *cli.Context) error {
 		)
 		switch f.cfg.Kind {
 		case api.KindTask, api.KindService, api.KindDevEnvironment:
-			run, err := cl.ApplyRun(c.Context, t.Project, api.ApplyRunRequest{ApplyRequest: req, Env: api.ClientEnv(f.cfg, f.source, os.LookupEnv), Force: c.Bool("force")})
+			sum, err := upload.Send(c.Context, cl, t.Project, f.cfg.Run(), filepath.Dir(f.path), 0, c.App.ErrWriter)
+			if err != nil {
+				return invalidInputf("gpud apply %s: %w", f.path, err)
+			}
+			run, err := cl.ApplyRun(c.Context, t.Project, api.ApplyRunRequest{ApplyRequest: req, Env: api.ClientEnv(f.cfg, f.source, os.LookupEnv), Force: c.Bool("force"), Upload: sum})
 			if err != nil {
 				return serverError("apply "+f.path, err, c.App.ErrWriter)
 			}

@@ -12,6 +12,7 @@ import (
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/daemon"
+	"gpud.dev/gpud/internal/upload"
 )
 
 // runCommand submits a task, service or dev environment and follows it.
@@ -86,6 +87,9 @@ func runRun(c *cli.Context) error {
 			return err
 		}
 		req.ConfigurationYAML = ""
+	}
+	if req.Upload, err = upload.Send(ctx, sess.client, sess.project, cfg.Run(), filepath.Dir(path), 0, sess.errw); err != nil {
+		return fmt.Errorf("run: %w", err)
 	}
 	run, err := sess.submit(ctx, req)
 	if err != nil || run == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"gpud.dev/gpud/agent"
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/daemon"
 )
 
@@ -37,6 +38,7 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "process-as-server-user", Usage: "with --runtime process on a server that is not root: accept that jobs run as the server's user and can read its data dir and state key"},
 			&cli.BoolFlag{Name: "allow-privileged", Usage: "let runs with privileged: true run on this server's own host (such a container is root here)"},
 			&cli.StringSliceFlag{Name: "allow-volume-prefix", Usage: "let runs mount instance volumes (host paths) under these directories of this server's own host, like /data,/scratch (never its data dir); none by default"},
+			&cli.StringFlag{Name: "max-upload-size", Value: "100MB", Usage: "largest upload of a run's repos and files, packed (refused before a byte is read)"},
 			&cli.StringFlag{Name: "process-work-dir", Usage: "with --runtime process: where each job gets a fresh working directory (default /var/tmp/gpud-work-<hash>)"},
 			&cli.StringFlag{Name: "registration-listen", Usage: "accept `gpud agent --server` hosts over TLS on this address, like :8443 (docs/fleets.md)"},
 			&cli.StringFlag{Name: "registration-cert", Usage: "TLS certificate for --registration-listen (default: a self-signed one, its CA in DATA_DIR/registration-ca.pem)"},
@@ -70,8 +72,13 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 	if k == 0 {
 		k = -1
 	}
+	maxUpload, err := api.ParseSize(c.String("max-upload-size"))
+	if err != nil || maxUpload <= 0 {
+		return usageError(fmt.Errorf("serve: --max-upload-size %q: use a size like 100MB or 1GB", c.String("max-upload-size")))
+	}
 	srv, err := daemon.New(ctx, daemon.Options{
-		DataDir: c.String("data-dir"), Listen: c.String("listen"), NoLocalAgent: c.Bool("no-local-agent"),
+		MaxUploadBytes: int64(maxUpload),
+		DataDir:        c.String("data-dir"), Listen: c.String("listen"), NoLocalAgent: c.Bool("no-local-agent"),
 		FakeGPUs: c.String("fake-gpus"), Runtime: rt, Version: version, Logger: *log,
 		DefaultImage: c.String("default-image"), ProcessUser: c.String("process-user"),
 		PythonImage: c.String("python-image"), NvccImage: c.String("nvcc-image"), DindImage: c.String("dind-image"),

@@ -64,6 +64,9 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 	if err := checkName("name", name); err != nil {
 		return nil, err
 	}
+	if err := s.checkRunUpload(project, spec, req.Upload); err != nil {
+		return nil, err
+	}
 	queue := spec.Queue
 	if queue == "" {
 		queue = defaultQueue
@@ -175,6 +178,7 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 			WorkingDir: spec.WorkingDir, User: spec.User, Privileged: spec.Privileged,
 			ShmSize: api.Size(n.res.SHMSize), StopDuration: st.StopDuration,
 			Labels: map[string]string{"dev.gpud.project": project, "dev.gpud.run": name},
+			Upload: req.Upload,
 		}
 		addTagLabels(js.Labels, spec.Tags)
 		if err := s.applyContainerFields(&js, spec, n.image); err != nil {

@@ -137,6 +137,14 @@ func (s *dispatcher) runJob(ctx context.Context, id string) {
 		s.logJobUpdate(err, j, "not started: record it as pulling")
 		return
 	}
+	if spec.Upload != "" {
+		if err := s.pushUpload(ctx, link, j.Project, spec.Upload); err != nil {
+			if ctx.Err() == nil {
+				s.failJob(ctx, id, "the run's repos and files could not reach "+j.Instance+": "+err.Error())
+			}
+			return
+		}
+	}
 	st, err := link.client.Start(ctx, spec)
 	if err != nil {
 		var ae *agentclient.Error

@@ -21,10 +21,23 @@ var runRules = fieldRules{
 	"volumes.optional":      {Proof: []string{"daemon.TestOptionalInstanceVolumeIsSkippedWhereTheHostDoesNotAllowIt"}, Note: noteOptionalVolumes},
 	"volumes.name": {All: &refusal{Why: "network volumes need a backend's volume API, which gpud has not yet",
 		Instead: "mount a host directory instead (- /data/cache:/cache, under a directory the host's admin allows), or keep data in object storage"}},
-	"repos": {All: &refusal{Why: "repos are not uploaded or cloned yet",
-		Instead: "drop repos and `git clone` in commands (a private repo's token from ${{ secrets.X }})"}},
-	"files": {All: &refusal{Why: "files are not uploaded yet",
-		Instead: "drop files and put them in the image, or fetch them in commands"}},
+	// repos and files: the client packs them (internal/upload), the server
+	// keeps the archive and pushes it to the job's agent, which unpacks it
+	// into the job's working directory (daemon/uploads.go).
+	"repos":            {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}, Refuse: uploadRefusals},
+	"repos.local_path": {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}},
+	"repos.path":       {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}, Check: checkUploadPath},
+	"repos.url": {All: &refusal{Why: "a repo URL is not cloned on the host yet (only a local repo is uploaded)",
+		Instead: "give the local checkout as local_path, or `git clone` in commands (a private repo's token from ${{ secrets.X }})"}},
+	"repos.branch": {All: &refusal{Why: "only a local repo is uploaded, as its working tree is (no branch is checked out)",
+		Instead: "check the branch out locally before the run, or `git clone -b` in commands"}},
+	"repos.hash": {All: &refusal{Why: "only a local repo is uploaded, as its working tree is (no commit is checked out)",
+		Instead: "check the commit out locally before the run, or `git checkout` in commands"}},
+	"repos.if_exists": {All: &refusal{Why: "each job gets a fresh working directory, so a repo never finds its path taken",
+		Instead: "drop if_exists"}},
+	"files":            {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}, Refuse: uploadRefusals},
+	"files.local_path": {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}},
+	"files.path":       {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}, Check: checkUploadPath},
 
 	"priority":    {Proof: []string{"daemon.TestReapplyWithANewPriorityUpdatesTheRunInPlace"}},
 	"queue":       {Proof: []string{"daemon.TestQueuesShareAndReclaimThroughTheAPI"}},

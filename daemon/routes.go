@@ -31,6 +31,7 @@ func (s *Server) routes() (http.Handler, error) {
 		"GET /api/v1/projects/{project}/members":                       s.accountsAPI.handleListMembers,
 		"PUT /api/v1/projects/{project}/members/{user}":                s.accountsAPI.handleSetMember,
 		"DELETE /api/v1/projects/{project}/members/{user}":             s.accountsAPI.handleDeleteMember,
+		"PUT /api/v1/projects/{project}/uploads/{sha256}":              s.runsAPI.handleUpload,
 		"POST /api/v1/projects/{project}/runs/plan":                    s.runsAPI.handlePlanRun,
 		"POST /api/v1/projects/{project}/runs/apply":                   s.runsAPI.handleApplyRun,
 		"GET /api/v1/projects/{project}/runs":                          s.runsAPI.handleListRuns,

@@ -36,6 +36,10 @@ type Options struct {
 	// DataDir holds state.db, its key file, job logs and the local agent's
 	// data (default ~/.gpud/server).
 	DataDir string
+	// MaxUploadBytes bounds an upload of repos and files, packed (default
+	// 100 MiB, upload.DefaultMaxBytes); larger ones are refused before a
+	// byte is read.
+	MaxUploadBytes int64
 	// Listen is the API address (default 127.0.0.1:3000; port 0 picks one).
 	Listen string
 	// NoLocalAgent serves without the in-process agent (no local fleet).

@@ -53,6 +53,8 @@ func New(a *agent.Agent, token string, log zerolog.Logger) (http.Handler, error)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/wait", s.wait)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/logs", s.logs)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/metrics", s.metrics)
+	mux.HandleFunc("HEAD /api/v1/uploads/{sha256}", s.hasUpload)
+	mux.HandleFunc("PUT /api/v1/uploads/{sha256}", s.putUpload)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/ssh", s.ssh)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.NewRegistry(a), promhttp.HandlerOpts{}))
 	return authenticate(token, mux), nil

@@ -4,8 +4,8 @@
 // .gpudignore (IgnoreFiles) and a size limit checked while packing, so an
 // oversized tree is refused before a byte is sent.
 //
-// upload imports only internal/untar (for the link rule an unpacker
-// applies), never daemon or agent.
+// upload imports api (the run spec, the client) and internal/untar (the
+// link rule an unpacker applies), never daemon or agent.
 package upload
 
 import (

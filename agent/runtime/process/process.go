@@ -60,6 +60,10 @@ type Config struct {
 	// /var/tmp/gpud-work-<hash of DataDir>; it must not lie inside a
 	// directory the job's user cannot traverse (like a 0700 data dir).
 	WorkRoot string
+	// UploadDir holds the upload archives (<sha256>.tar.gz) the agent
+	// keeps; a job naming one (JobSpec.Upload) gets it unpacked into its
+	// working directory before its commands run.
+	UploadDir string
 }
 
 // Runtime runs jobs as supervised process trees. It is safe for concurrent use.

@@ -49,6 +49,9 @@ func (r *Runtime) Start(ctx context.Context, spec api.JobSpec, _ func()) (runtim
 			}
 		}
 	}
+	if err := unpackUpload(r.cfg.UploadDir, spec, l.WorkDir, l.Dir, cred); err != nil {
+		return fail(fmt.Errorf("job %s: %w", spec.ID, err))
+	}
 	// The hostfile is the gang's addresses, no secret; the job must read
 	// it whatever the agent's umask (an SSH-started agent's may be 077).
 	hostfile := filepath.Join(l.WorkDir, fileHosts)
