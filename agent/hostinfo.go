@@ -18,6 +18,7 @@ func (a *Agent) Host(ctx context.Context) (api.HostInfo, error) {
 	}
 	h.Docker, h.Runtime, h.AgentVersion = a.cfg.Docker, a.rt.Name(), a.cfg.Version
 	h.AllowPrivileged, h.Pythons = a.cfg.AllowPrivileged, pythonsOf(a.rt)
+	h.VolumePrefixes, h.VolumeDenied = a.cfg.Volumes.Prefixes, a.cfg.Volumes.Denied
 	h.Accelerators = api.Accelerators{Source: "none", Devices: []api.Accelerator{}}
 	if a.cfg.GPUs != nil {
 		inv, err := a.cfg.GPUs.Inventory(ctx)

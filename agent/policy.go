@@ -45,6 +45,23 @@ type RunPolicy struct {
 	// container is root on the host. The agent reports it
 	// (api.HostInfo.AllowPrivileged) so plans can refuse early.
 	AllowPrivileged bool
+	// VolumePrefixes are the host directories the host admin lets jobs
+	// mount as instance volumes (gpud agent or gpud serve
+	// --allow-volume-prefix); none by default. The embedded laptop mode
+	// (InvokingUser) allows any. VolumeDenied are paths never mounted
+	// beside the agent's own data dirs (the server's, on its host).
+	VolumePrefixes []string
+	VolumeDenied   []string
+}
+
+// VolumePrefixesAllowed is where jobs may mount instance volumes: the
+// admin's prefixes, or anywhere (but the data dirs) for the invoking
+// user's own jobs on their own machine.
+func (p RunPolicy) VolumePrefixesAllowed() []string {
+	if p.InvokingUser {
+		return []string{"/"}
+	}
+	return p.VolumePrefixes
 }
 
 // PrivilegedAllowed reports whether the agent runs privileged jobs: the

@@ -44,6 +44,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "server", Usage: "register with the server at this https:// URL instead of listening (the token, from GPUD_AGENT_TOKEN or --token-file, is then the fleet's registration token); see docs/fleets.md", EnvVars: []string{"GPUD_SERVER"}},
 			&cli.StringFlag{Name: "server-ca", Usage: "PEM file of the CA that signed the server's certificate (default: the system's roots)"},
 			&cli.BoolFlag{Name: "allow-privileged", Usage: "run jobs with privileged: true (and docker: true) on this host: such a container is root here, so only for hosts whose jobs may own them", EnvVars: []string{"GPUD_AGENT_ALLOW_PRIVILEGED"}},
+			&cli.StringSliceFlag{Name: "allow-volume-prefix", Usage: "let jobs mount instance volumes (host paths) under these directories, like /data,/scratch (never the agent's data dir); none by default", EnvVars: []string{"GPUD_AGENT_ALLOW_VOLUME_PREFIX"}},
 			&cli.StringFlag{Name: "agent-id", Value: "default", Usage: "tells this agent's containers from other agents' on the same engine"},
 			fakeGPUs,
 		},
@@ -57,7 +58,7 @@ func agentCommand() *cli.Command {
 				runtime: c.String("runtime"), agentID: c.String("agent-id"), fakeGPUs: c.String("fake-gpus"),
 				processUser: c.String("process-user"), processWorkDir: c.String("process-work-dir"),
 				server: c.String("server"), serverCA: c.String("server-ca"), hostname: c.String("hostname"),
-				allowPrivileged: c.Bool("allow-privileged"),
+				allowPrivileged: c.Bool("allow-privileged"), volumePrefixes: c.StringSlice("allow-volume-prefix"),
 			})
 		},
 		Subcommands: []*cli.Command{
@@ -93,6 +94,7 @@ type agentFlags struct {
 	server, serverCA, hostname                         string
 	processUser, processWorkDir                        string
 	allowPrivileged                                    bool
+	volumePrefixes                                     []string
 }
 
 // agentToken is the token from --token (or GPUD_AGENT_TOKEN) or from the
@@ -139,7 +141,7 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	// The agent runs jobs for a server: as root, its process runtime runs
 	// them as an unprivileged user; otherwise as the agent's own user.
 	h, err := server.OpenHost(ctx, server.HostConfig{DataDir: f.dataDir, AgentID: f.agentID, Runtime: f.runtime,
-		Policy:          agent.RunPolicy{ProcessUser: f.processUser, ProcessAsOwnUser: true, AllowPrivileged: f.allowPrivileged},
+		Policy:          agent.RunPolicy{ProcessUser: f.processUser, ProcessAsOwnUser: true, AllowPrivileged: f.allowPrivileged, VolumePrefixes: f.volumePrefixes},
 		ProcessWorkRoot: f.processWorkDir, FakeGPUs: f.fakeGPUs, Token: token, Version: version, Logger: log})
 	if runAs := (*agent.RunAsError)(nil); errors.As(err, &runAs) {
 		return usageError(runAs)

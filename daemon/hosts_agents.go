@@ -113,14 +113,15 @@ func (s *hosts) localHostConfig(dir, id, token string) agentserver.HostConfig {
 	cfg := agentserver.HostConfig{DataDir: dir, AgentID: id, Runtime: s.opts.Runtime, FakeGPUs: s.opts.FakeGPUs,
 		ProcessWorkRoot: s.opts.ProcessWorkRoot, ShimCommand: s.opts.ShimCommand, Token: token, Version: s.opts.Version, Logger: s.log}
 	if s.opts.Embedded {
-		cfg.Policy = agent.RunPolicy{InvokingUser: true}
+		cfg.Policy = agent.RunPolicy{InvokingUser: true, VolumeDenied: []string{s.opts.DataDir}}
 		if cfg.Runtime == "" {
 			cfg.Runtime = agent.RuntimeMixed
 		}
 		return cfg
 	}
 	cfg.Policy = agent.RunPolicy{ServerHost: true, AllowPrivileged: s.opts.AllowPrivileged,
-		ProcessUser: s.opts.ProcessUser, ProcessAsOwnUser: s.opts.ProcessAsServerUser}
+		ProcessUser: s.opts.ProcessUser, ProcessAsOwnUser: s.opts.ProcessAsServerUser,
+		VolumePrefixes: s.opts.VolumePrefixes, VolumeDenied: []string{s.opts.DataDir}}
 	return cfg
 }
 

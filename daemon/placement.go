@@ -85,6 +85,12 @@ type hostNeeds struct {
 	// runs in Docker.
 	Python string `json:"python,omitempty"`
 	Image  bool   `json:"image,omitempty"`
+	// Volumes are the host paths (one a line) of the job's instance
+	// volumes that are not optional: the host's admin must allow each.
+	// Remap: a volume is mounted elsewhere than its host path, which only
+	// a container can (Image says whether the job has one).
+	Volumes string `json:"volumes,omitempty"`
+	Remap   bool   `json:"remap,omitempty"`
 }
 
 // needsOf reads a job's host needs from its resources. The disk is
@@ -269,7 +275,7 @@ func needsMatch(info api.HostInfo, n hostNeeds) bool {
 	if n.Python != "" && runtimeOf(info.Runtime, n.Image) == targetProcess && !slices.Contains(info.Pythons, n.Python) {
 		return false
 	}
-	return true
+	return volumesMatch(info, n)
 }
 
 // compareCC compares compute capabilities "major.minor" numerically.
@@ -324,6 +330,12 @@ func describe(p runPlacement, needs []hostNeeds) string {
 		}
 		if n.Python != "" {
 			parts = append(parts, "python"+n.Python+" where jobs run as processes")
+		}
+		if n.Volumes != "" {
+			parts = append(parts, "an admin who allows volumes at "+strings.ReplaceAll(n.Volumes, "\n", ", "))
+		}
+		if n.Remap {
+			parts = append(parts, "Docker, to mount a volume elsewhere than its host path")
 		}
 	}
 	return strings.Join(parts, " and ")
@@ -433,7 +445,7 @@ func constraintKey(project string, p runPlacement, needs []hostNeeds) string {
 		fmt.Fprintf(&b, "\x00%s\x01%s\x01%s\x01%d", r.Name, r.Hostname, r.Fleet, inst)
 	}
 	for _, n := range needs {
-		fmt.Fprintf(&b, "\x02%s\x01%s\x01%s\x01%d", n.Arch, n.Vendor, n.ComputeCapability, n.DiskMin)
+		fmt.Fprintf(&b, "\x02%+v", n) // every need: two constraints differing in one must not share a label
 	}
 	return b.String()
 }

@@ -95,8 +95,15 @@ func OpenHost(ctx context.Context, cfg HostConfig) (h *Host, err error) {
 	if h.gpus, err = gpu.Open(ctx, gpu.Options{Fake: cfg.FakeGPUs}); err != nil {
 		return h, fmt.Errorf("accelerators: %w", err)
 	}
+	// No instance volume may expose the agent's data dir, its jobs'
+	// working directories or (on the server's host) the server's.
+	denied := append([]string{cfg.DataDir, agent.WorkRootOf(rt)}, cfg.Policy.VolumeDenied...)
+	volumes, err := agent.NewVolumePolicy(cfg.Policy.VolumePrefixesAllowed(), denied)
+	if err != nil {
+		return h, err
+	}
 	if h.Agent, err = agent.New(ctx, agent.Config{DataDir: cfg.DataDir, Runtime: rt, GPUs: h.gpus, Docker: dinfo,
-		AllowPrivileged: cfg.Policy.PrivilegedAllowed(), Version: cfg.Version, Logger: cfg.Logger}); err != nil {
+		AllowPrivileged: cfg.Policy.PrivilegedAllowed(), Volumes: volumes, Version: cfg.Version, Logger: cfg.Logger}); err != nil {
 		return h, err
 	}
 	if h.Handler, err = New(h.Agent, token, cfg.Logger); err != nil {

@@ -86,6 +86,15 @@ func (m *Runtime) Pythons() []string {
 	return nil
 }
 
+// WorkRoot is the process runtime's directory of job working
+// directories, if it has one ("" else).
+func (m *Runtime) WorkRoot() string {
+	if p, ok := m.process.(interface{ WorkRoot() string }); ok {
+		return p.WorkRoot()
+	}
+	return ""
+}
+
 // Wait waits in the job's runtime.
 func (m *Runtime) Wait(ctx context.Context, h runtime.Handle) (runtime.Exit, error) {
 	return m.of(h).Wait(ctx, h)
