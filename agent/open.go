@@ -129,7 +129,7 @@ func OpenRuntime(ctx context.Context, o RuntimeOptions) (runtime.Runtime, api.Do
 func openDocker(ctx context.Context, o RuntimeOptions) (*docker.Runtime, api.DockerInfo, error) {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	d, err := docker.New(dctx, docker.Config{AgentID: o.AgentID, DataDir: filepath.Join(o.DataDir, "docker")})
+	d, err := docker.New(dctx, docker.Config{AgentID: o.AgentID, DataDir: filepath.Join(o.DataDir, "docker"), UploadDir: UploadDir(o.DataDir)})
 	if err != nil {
 		return nil, api.DockerInfo{Error: err.Error()}, err
 	}

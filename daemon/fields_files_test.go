@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/upload"
@@ -245,4 +246,43 @@ func TestUploadArchivesThatEscapeAreRefused(t *testing.T) {
 		t.Errorf("apply of repos without an upload: %d %s (%s), want 400 on configuration.repos", status, se.Code, se.Message)
 	}
 	ts.refusedAt("type: task\ncommands: [ls]\nfiles:\n  - x.txt:/etc/x.txt\n", "files[0].path", "inside the job's working directory")
+}
+
+// TestFilesAndReposArriveInADockerJobsWorkingDir: in Docker, the repos
+// and files are copied into the container before it starts, under its
+// working directory (/workflow when the run sets none, as dstack's repo
+// directory), and the commands start there.
+func TestFilesAndReposArriveInADockerJobsWorkingDir(t *testing.T) {
+	ts := startContainerServer(t, Options{})
+	base := t.TempDir()
+	writeFiles(t, filepath.Join(base, "repo"), map[string]string{
+		".gitignore":   "*.log\n",
+		"train.py":     "print('training')\n",
+		"pkg/model.py": "MODEL = 'tiny'\n",
+		"debug.log":    "ignored",
+	})
+	writeFiles(t, base, map[string]string{"settings.json": `{"lr": 0.1}`})
+	yaml := `type: task
+name: dtree
+repos:
+  - repo
+files:
+  - settings.json:conf/app.json
+commands:
+  - echo cwd=$(pwd)
+  - find . -type f | sort | sed 's/^/seen /'
+  - cat conf/app.json; echo
+` + smallResources
+	ts.uploadRun(yaml, base)
+	run := ts.waitRunEnd("dtree", 90*time.Second)
+	out := strings.Join(ts.runLogs("dtree"), "\n")
+	t.Logf("run %s (%s), output:\n%s", run.Status, run.Reason, out)
+	for _, want := range []string{"cwd=/workflow", "seen ./train.py", "seen ./pkg/model.py", "seen ./conf/app.json", `{"lr": 0.1}`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the job's output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "debug.log") {
+		t.Errorf("the job sees debug.log, which .gitignore leaves out")
+	}
 }

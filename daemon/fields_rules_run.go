@@ -24,7 +24,7 @@ var runRules = fieldRules{
 	// repos and files: the client packs them (internal/upload), the server
 	// keeps the archive and pushes it to the job's agent, which unpacks it
 	// into the job's working directory (daemon/uploads.go).
-	"repos":            {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}, Refuse: uploadRefusals},
+	"repos":            {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir", "daemon.TestFilesAndReposArriveInADockerJobsWorkingDir"}},
 	"repos.local_path": {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}},
 	"repos.path":       {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}, Check: checkUploadPath},
 	"repos.url": {All: &refusal{Why: "a repo URL is not cloned on the host yet (only a local repo is uploaded)",
@@ -35,7 +35,7 @@ var runRules = fieldRules{
 		Instead: "check the commit out locally before the run, or `git checkout` in commands"}},
 	"repos.if_exists": {All: &refusal{Why: "each job gets a fresh working directory, so a repo never finds its path taken",
 		Instead: "drop if_exists"}},
-	"files":            {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}, Refuse: uploadRefusals},
+	"files":            {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir", "daemon.TestFilesAndReposArriveInADockerJobsWorkingDir"}},
 	"files.local_path": {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}},
 	"files.path":       {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}, Check: checkUploadPath},
 
@@ -66,8 +66,7 @@ var runRules = fieldRules{
 	"dev-environment:init":                {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity"}},
 	"dev-environment:ports":               {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity", "internal/e2e.TestAttachForwardsPortsToLocalhost"}},
 	"dev-environment:inactivity_duration": {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity"}},
-	"dev-environment:ide": {All: &refusal{Why: "no IDE link or SSH access into dev environments yet",
-		Instead: "drop ide and reach the environment with `gpud attach RUN` (its ports are forwarded)"}},
-	"dev-environment:version": {All: &refusal{Why: "no IDE is installed into dev environments yet",
-		Instead: "drop version (and ide)"}},
+	"dev-environment:ide": {Proof: []string{"internal/e2e.TestSSHReachesTheDevEnvironmentThroughTheServer"}},
+	"dev-environment:version": {All: &refusal{Why: "gpud installs no IDE server into the environment: the IDE installs its own over SSH on the first connection, at the version it needs",
+		Instead: "drop version; open the ide link once `gpud ssh-config RUN` wrote the SSH entry"}},
 }

@@ -5,12 +5,6 @@ import (
 	"strings"
 )
 
-// uploadRefusals are the targets that do not unpack an upload yet.
-var uploadRefusals = map[fieldTarget]refusal{
-	targetDocker: {Why: "repos and files are not copied into Docker containers yet (only the process runtime unpacks them)",
-		Instead: "run on a process-runtime host, or put the files in the image or fetch them in commands"},
-}
-
 // checkUploadPath refuses a repo's or file's path that would land outside
 // the job's working directory: an upload unpacks only inside the job's
 // own directory, never at an absolute path of the host.

@@ -46,6 +46,10 @@ type Config struct {
 	AgentID string
 	// DataDir holds per-job files the containers mount (the MPI hostfile).
 	DataDir string
+	// UploadDir holds the upload archives (<sha256>.tar.gz) the agent
+	// keeps; a job naming one (JobSpec.Upload) gets it copied into its
+	// working directory before it starts.
+	UploadDir string
 	// Host is the engine address; empty means DOCKER_HOST or the default socket.
 	Host string
 	// GPUMode chooses how GPUs are handed to containers.

@@ -48,9 +48,14 @@ func (r *Runtime) Start(ctx context.Context, spec api.JobSpec, pulling func()) (
 	if err != nil {
 		return runtime.Handle{}, err
 	}
+	uploadWorkDir(spec, cfg)
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: "gpud-" + spec.ID})
 	if err != nil {
 		return runtime.Handle{}, fmt.Errorf("job %s: create container: %w", spec.ID, err)
+	}
+	if err := r.copyUpload(ctx, created.ID, spec, cfg.WorkingDir); err != nil {
+		r.cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, client.ContainerRemoveOptions{Force: true})
+		return runtime.Handle{}, fmt.Errorf("job %s: %w", spec.ID, err)
 	}
 	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		r.cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, client.ContainerRemoveOptions{Force: true})
