@@ -235,6 +235,9 @@ type Run struct {
 	// ServiceURL is where a service's replicas are reached through the
 	// server ("/proxy/services/{project}/{run}/").
 	ServiceURL string `json:"service_url,omitempty"`
+	// IDELink opens a dev environment with ide: set in the IDE once
+	// `gpud ssh-config RUN` wrote the SSH entry (IDELink).
+	IDELink string `json:"ide_link,omitempty"`
 }
 
 // Finished reports whether the run reached a final status.

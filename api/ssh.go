@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"net/url"
+	"strings"
+	"time"
+)
 
 // SSH into runs: the CLI's `ssh-proxy` upgrades the server's
 // /runs/{run}/ssh endpoint to a raw byte stream (SSHProtocol) and speaks
@@ -31,4 +35,20 @@ type JobSessions struct {
 // format ("ssh-ed25519 AAAA… comment").
 type SSHKey struct {
 	PublicKey string `json:"public_key"`
+}
+
+// IDELink is the link that opens a dev environment in ide (vscode,
+// cursor or windsurf) over SSH to host, the Host entry `gpud ssh-config`
+// writes, as dstack's links do: "vscode://vscode-remote/ssh-remote+HOST"
+// followed by the absolute folder to open, if known. "" for other IDEs.
+func IDELink(ide, host, dir string) string {
+	switch ide {
+	case "vscode", "cursor", "windsurf":
+	default:
+		return ""
+	}
+	if !strings.HasPrefix(dir, "/") {
+		dir = ""
+	}
+	return ide + "://vscode-remote/ssh-remote+" + url.PathEscape(host) + dir
 }

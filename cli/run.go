@@ -95,6 +95,9 @@ func runRun(c *cli.Context) error {
 	if err != nil || run == nil {
 		return err
 	}
+	if run.IDELink != "" && !sess.embedded {
+		fmt.Fprintf(sess.errw, "dev environment %s: once running, `gpud ssh-config %s` then `ssh %s`, or open %s\n", run.Name, run.Name, run.Name, run.IDELink)
+	}
 	if run.ServiceURL != "" && !sess.embedded {
 		fmt.Fprintf(sess.errw, "service %s: %s%s once running (with your token), or gpud attach %s for localhost\n", run.Name, sess.client.BaseURL(), run.ServiceURL, run.Name)
 	}

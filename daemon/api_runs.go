@@ -345,6 +345,7 @@ func (s *runsAPI) runOut(run store.Record, jobs []store.Record) (api.Run, error)
 	if st.Type == api.KindService {
 		out.ServiceURL = "/proxy/services/" + run.Project + "/" + run.Name + "/"
 	}
+	out.IDELink = ideLink(run.Name, st.Config)
 	sort.Slice(jobs, func(i, j int) bool { return jobs[i].ID < jobs[j].ID })
 	for _, j := range jobs {
 		js, err := s.jobSpec(j)

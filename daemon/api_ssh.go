@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -134,4 +135,20 @@ func (s *runsAPI) sshJob(run store.Record, name string) (store.Record, error) {
 		return store.Record{}, conflict("run %s has no running job %q", run.Name, name)
 	}
 	return store.Record{}, conflict("run %s is %s: SSH reaches a running job only", run.Name, run.Status)
+}
+
+// ideLink is the IDE link of a dev environment whose configuration sets
+// ide (api.IDELink), opening its working_dir when that is absolute; ""
+// for other runs. The SSH session itself starts in the job's working
+// directory.
+func ideLink(run string, config json.RawMessage) string {
+	var c struct {
+		Type       string `json:"type"`
+		IDE        string `json:"ide"`
+		WorkingDir string `json:"working_dir"`
+	}
+	if json.Unmarshal(config, &c) != nil || c.Type != string(api.KindDevEnvironment) || c.IDE == "" {
+		return ""
+	}
+	return api.IDELink(c.IDE, run, c.WorkingDir)
 }

@@ -130,7 +130,6 @@ var refusedSamples = map[string]string{
 	"repos.branch":                     "type: task\ncommands: [true]\nrepos:\n  - local_path: .\n    branch: main\n",
 	"repos.hash":                       "type: task\ncommands: [true]\nrepos:\n  - local_path: .\n    hash: abc123\n",
 	"repos.if_exists":                  "type: task\ncommands: [true]\nrepos:\n  - local_path: .\n    if_exists: skip\n",
-	"dev-environment:ide":              "type: dev-environment\nide: vscode\n",
 	"dev-environment:entrypoint":       "type: dev-environment\nentrypoint: /bin/sh\n",
 	"resources.gpu.memory_share":       "type: task\ncommands: [true]\nresources:\n  gpu:\n    memory_share: 10GB\n",
 	"dev-environment:version":          "type: dev-environment\nversion: 1.2.3\n",

@@ -53,9 +53,15 @@ func TestSSHReachesTheDevEnvironmentThroughTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := writeConfig(t, s.cli.home, "dev.yml", "type: dev-environment\nname: dev\nenv:\n  - MARKER=inside-the-job\n"+
-		"init:\n  - echo \"workdir=$(pwd)\"\nresources:\n  disk: 1GB..\n")
-	s.cli.must(ctx, "run", "-y", "-d", dev)
+	dev := writeConfig(t, s.cli.home, "dev.yml", "type: dev-environment\nname: dev\nide: vscode\n"+
+		"env:\n  - MARKER=inside-the-job\ninit:\n  - echo \"workdir=$(pwd)\"\nresources:\n  disk: 1GB..\n")
+	submitted := s.cli.must(ctx, "run", "-y", "-d", dev)
+	// The process runtime's working directory is made by the agent at the
+	// start, so the link opens the host (the shell starts in that directory).
+	link := "vscode://vscode-remote/ssh-remote+dev"
+	if !strings.Contains(submitted.stderr, link) {
+		t.Errorf("gpud run does not print the IDE link %s:\n%s", link, submitted.stderr)
+	}
 	t.Cleanup(func() { s.cli.run(context.Background(), "stop", "--abort", "dev") })
 	waitRunning(t, s, "dev")
 	var workdir string
@@ -67,6 +73,9 @@ func TestSSHReachesTheDevEnvironmentThroughTheServer(t *testing.T) {
 		workdir = m[1]
 		return nil
 	})
+	if run, _ := s.runStatus(t, "dev"); run.IDELink != link {
+		t.Errorf("the run's ide_link is %q, want %q", run.IDELink, link)
+	}
 
 	out := s.cli.must(ctx, "ssh-config", "--no-include", "dev")
 	config := filepath.Join(s.cli.home, ".gpud", "ssh", "config")

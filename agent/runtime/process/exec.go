@@ -46,11 +46,15 @@ func (r *Runtime) Exec(ctx context.Context, h runtime.Handle, req runtime.ExecRe
 	if err != nil {
 		return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
 	}
-	dir := ""
-	if m, err := readMeta(r.jobDir(h.JobID)); err == nil && m.WorkDir != "" {
+	// The directory the job's commands run in (its working_dir), else
+	// its fresh working directory.
+	dir, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+	if err != nil {
+		m, merr := readMeta(r.jobDir(h.JobID))
+		if merr != nil {
+			return -1, fmt.Errorf("job %s: exec: its working directory: %w", h.JobID, errors.Join(err, merr))
+		}
 		dir = m.WorkDir
-	} else if d, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil {
-		dir = d
 	}
 	shell := "/bin/sh"
 	if _, err := os.Stat("/bin/bash"); err == nil {
