@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
 )
 
 // volumeRoot is a directory the tests' host admin allows for volumes:
@@ -184,4 +185,43 @@ func TestInstanceVolumeAttacksAreRefusedWithTheField(t *testing.T) {
 	if _, err := os.Stat("/etc/x"); !os.IsNotExist(err) {
 		t.Errorf("the agent made /etc/x through the symlink: %v", err)
 	}
+}
+
+// `gpud agent --allow-volume-prefix` is the registered host's admin's
+// choice: before such a host exists the plan refuses the volume with the
+// flag to ask for; once it registers (reporting its prefixes and its data
+// dir), a run that names no fleet is placed there, not on the server's
+// host, which allows none, and the volume holds what the job wrote. The
+// agent's own data dir stays refused under its prefix.
+func TestRegisteredHostMountsOnlyUnderItsAllowVolumePrefix(t *testing.T) {
+	bin := staticGpud(t)
+	root := volumeRoot(t)
+	ts := startServerWith(t, Options{Runtime: "process", RegistrationListen: "127.0.0.1:0"})
+	vol := fmt.Sprintf("volumes:\n  - %[1]s/shared:%[1]s/shared\n", root)
+	ts.refusedAt(task("vreg", vol, "true"), "volumes[0].instance_path", "no host this run may use", "gpud agent --allow-volume-prefix")
+
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply",
+		api.ApplyRequest{ConfigurationYAML: "type: fleet\nname: vols\nnodes: 0..4\n"}, nil)
+	var tok api.RegistrationToken
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/fleets/vols/tokens", nil, &tok)
+	agentDir := filepath.Join(root, "agent-data") // under the prefix, and still refused
+	_, out := testutil.RegisteringAgent{Bin: bin, URL: ts.RegistrationURL(), Token: tok.Token, CA: filepath.Join(ts.opts.DataDir, RegistrationCAFile),
+		FakeGPUs: "1xA100:40GB", Hostname: "vols-host", DataDir: agentDir,
+		Args: []string{"--agent-id", "vols-" + randomWord(t), "--allow-volume-prefix", root}}.Start(t)
+	testutil.Eventually(t, 60*time.Second, func() error {
+		for _, h := range ts.candidateHosts("main") {
+			if h.fleetName == "vols" && slices.Contains(h.info.VolumePrefixes, root) {
+				return nil
+			}
+		}
+		return fmt.Errorf("the vols host has not registered with its volume prefix; its output:\n%s", out)
+	})
+	run, _ := ts.runOutput("vreg", task("vreg", vol, "echo on-the-registered-host > "+root+"/shared/f"), "done")
+	if len(run.Jobs) != 1 || !strings.Contains(run.Jobs[0].Instance, "vols") {
+		t.Errorf("the run with a volume went to %+v, want the host of fleet vols (the server's host allows no volumes)", run.Jobs)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "shared", "f")); err != nil || strings.TrimSpace(string(b)) != "on-the-registered-host" {
+		t.Errorf("the volume lacks what the job wrote: %q %v", b, err)
+	}
+	ts.refusedAt(task("vdata", fmt.Sprintf("volumes:\n  - %s:/x\n", agentDir), "true"), "volumes[0].instance_path", "data dir")
 }
