@@ -15,7 +15,7 @@ var runRules = fieldRules{
 	"resources.memory": {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
 
 	// Instance volumes (host paths the host's admin allows); daemon/volumes.go.
-	"volumes":               {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath"}},
+	"volumes":               {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath", "daemon.TestEmbeddedLaptopModeMountsAnyPathButItsDataDir"}},
 	"volumes.instance_path": {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeAttacksAreRefusedWithTheField", "daemon.TestRegisteredHostMountsOnlyUnderItsAllowVolumePrefix"}, Check: checkVolumeHostPath},
 	"volumes.path":          {Proof: []string{"daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath", "daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost"}, Check: checkVolumePath},
 	"volumes.optional":      {Proof: []string{"daemon.TestOptionalInstanceVolumeIsSkippedWhereTheHostDoesNotAllowIt"}, Note: noteOptionalVolumes},
@@ -66,7 +66,7 @@ var runRules = fieldRules{
 	"dev-environment:init":                {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity"}},
 	"dev-environment:ports":               {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity", "internal/e2e.TestAttachForwardsPortsToLocalhost"}},
 	"dev-environment:inactivity_duration": {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity"}},
-	"dev-environment:ide": {Proof: []string{"internal/e2e.TestSSHReachesTheDevEnvironmentThroughTheServer"}},
+	"dev-environment:ide":                 {Proof: []string{"internal/e2e.TestSSHReachesTheDevEnvironmentThroughTheServer"}},
 	"dev-environment:version": {All: &refusal{Why: "gpud installs no IDE server into the environment: the IDE installs its own over SSH on the first connection, at the version it needs",
 		Instead: "drop version; open the ide link once `gpud ssh-config RUN` wrote the SSH entry"}},
 }

@@ -225,3 +225,16 @@ func TestRegisteredHostMountsOnlyUnderItsAllowVolumePrefix(t *testing.T) {
 	}
 	ts.refusedAt(task("vdata", fmt.Sprintf("volumes:\n  - %s:/x\n", agentDir), "true"), "volumes[0].instance_path", "data dir")
 }
+
+// The embedded laptop mode (gpud run with no server) mounts any path of
+// the user's own machine, with no prefix to allow, but still never its
+// data dir.
+func TestEmbeddedLaptopModeMountsAnyPathButItsDataDir(t *testing.T) {
+	dir := filepath.Join(volumeRoot(t), "anywhere")
+	ts := startServerWith(t, Options{Embedded: true, Runtime: "process"})
+	_, out := ts.runOutput("vlap", fmt.Sprintf("type: task\nname: vlap\nvolumes:\n  - %[1]s:%[1]s\ncommands:\n  - echo laptop > %[1]s/f\n  - cat %[1]s/f\n", dir), "done")
+	if !slices.Contains(out, "laptop") {
+		t.Fatalf("the laptop-mode job did not write into its volume: %q", out)
+	}
+	ts.refusedAt(fmt.Sprintf("type: task\ncommands: [true]\nvolumes:\n  - %s:/x\n", ts.opts.DataDir), "volumes[0].instance_path", "data dir")
+}
