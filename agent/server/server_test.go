@@ -99,7 +99,13 @@ func (h host) start(t testing.TB) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(ctx, agent.Config{DataDir: h.dataDir, Runtime: rt, GPUs: gpus, Docker: dockerInfo, Logger: zerolog.Nop()})
+	// Jobs may mount any host path but the data dir (the gated jobs
+	// mount a temporary directory), as in the embedded laptop mode.
+	volumes, err := agent.NewVolumePolicy([]string{"/"}, []string{h.dataDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(ctx, agent.Config{DataDir: h.dataDir, Runtime: rt, GPUs: gpus, Docker: dockerInfo, Volumes: volumes, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
