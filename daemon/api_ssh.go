@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -151,4 +152,21 @@ func ideLink(run string, config json.RawMessage) string {
 		return ""
 	}
 	return api.IDELink(c.IDE, run, c.WorkingDir)
+}
+
+// sshSessionOpen asks job j's agent whether an SSH session into j is open
+// (api.JobSessions); known is false when the agent cannot be asked.
+func (s *Server) sshSessionOpen(j store.Record) (open, known bool) {
+	link := s.agents.get(j.Instance)
+	if link == nil || link.client == nil {
+		return false, false
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	st, err := link.client.Get(ctx, j.ID)
+	if err != nil {
+		s.log.Debug().Err(err).Str("job", j.ID).Str("instance", j.Instance).Msg("inactivity: the agent's sessions are unknown")
+		return false, false
+	}
+	return st.Sessions != nil && st.Sessions.Active > 0, true
 }

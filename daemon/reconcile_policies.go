@@ -265,10 +265,12 @@ func (s *reconciler) watchUtilization(id string, minPct int, window time.Duratio
 }
 
 // watchInactivity enforces a dev environment's inactivity_duration. The
-// signal is attachment: an established TCP connection to one of the job's
-// published ports on its host (gpud attach, an IDE, a browser), read from
-// /proc/net/tcp{,6} for jobs on the server's own host. Jobs on other hosts
-// are not judged (their agents do not report connections yet).
+// signal is attachment: an open SSH session into one of its jobs (ssh,
+// scp, an IDE; the job's agent reports them, on any host), or, for jobs on
+// the server's own host, an established TCP connection to one of the
+// job's published ports (gpud attach, a browser), read from
+// /proc/net/tcp{,6}. On other hosts, connections to published ports are
+// not seen.
 func (s *reconciler) watchInactivity(id string, d time.Duration) {
 	// idleSince is the first sample that saw no client after one was seen
 	// (or the first sample at all). Counting from there, not from the last
@@ -278,8 +280,17 @@ func (s *reconciler) watchInactivity(id string, d time.Duration) {
 	s.runWatcher("inactivity", id, pollEvery(d), func(_ store.Record, jobs []store.Record, now time.Time) string {
 		attached := false
 		for _, j := range jobs {
+			// An SSH session (ssh, scp, an IDE) counts on any host.
+			open, known := s.sshSessionOpen(j)
+			if !known {
+				return "" // not judged: the agent cannot tell now
+			}
+			if open {
+				attached = true
+				continue
+			}
 			if s.hosts.local == nil || j.Instance != s.hosts.local.instance {
-				return ""
+				continue // another host: only its SSH sessions are seen
 			}
 			var ports []int
 			js, err := s.jobSpec(j)

@@ -54,7 +54,7 @@ func TestSSHReachesTheDevEnvironmentThroughTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := writeConfig(t, s.cli.home, "dev.yml", "type: dev-environment\nname: dev\nide: vscode\n"+
-		"env:\n  - MARKER=inside-the-job\ninit:\n  - echo \"workdir=$(pwd)\"\nresources:\n  disk: 1GB..\n")
+		"env:\n  - MARKER=inside-the-job\ninit:\n  - echo \"workdir=$(pwd)\"\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n")
 	submitted := s.cli.must(ctx, "run", "-y", "-d", dev)
 	// The process runtime's working directory is made by the agent at the
 	// start, so the link opens the host (the shell starts in that directory).
@@ -127,11 +127,38 @@ func TestSSHReachesTheDevEnvironmentThroughTheServer(t *testing.T) {
 		}
 	})
 
+	t.Run("an open SSH session keeps an inactive dev environment", func(t *testing.T) {
+		idle := writeConfig(t, s.cli.home, "idle.yml", "type: dev-environment\nname: idle\ninactivity_duration: 3s\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n")
+		s.cli.must(ctx, "run", "-y", "-d", idle)
+		t.Cleanup(func() { s.cli.run(context.Background(), "stop", "--abort", "idle") })
+		waitRunning(t, s, "idle")
+		s.cli.must(ctx, "ssh-config", "--no-include", "idle")
+		// The session outlives the 3s inactivity_duration twice over.
+		r := s.cli.ssh(ctx, "ssh", "-F", config, "idle", "sleep 7; echo still-here")
+		if r.code != 0 || r.stdout != "still-here\n" {
+			t.Fatalf("a session into a dev environment with inactivity_duration 3s: exit %d, %q\n%s", r.code, r.stdout, r.stderr)
+		}
+		left := time.Now()
+		testutil.Eventually(t, time.Minute, func() error {
+			if run, _ := s.runStatus(t, "idle"); run.Status != "terminated" {
+				return fmt.Errorf("run idle is %q (%s)", run.Status, run.Reason)
+			}
+			return nil
+		})
+		run, _ := s.runStatus(t, "idle")
+		if !strings.Contains(run.Reason, "inactivity_duration 3s") {
+			t.Errorf("the idle dev environment ended with %q, want inactivity_duration", run.Reason)
+		}
+		if time.Since(left) < 3*time.Second {
+			t.Errorf("it stopped %s after the session ended, before its 3s of inactivity", time.Since(left))
+		}
+	})
+
 	t.Run("another project's run is refused", func(t *testing.T) {
 		if _, err := admin.CreateProject(ctx, "other"); err != nil {
 			t.Fatal(err)
 		}
-		other := writeConfig(t, s.cli.home, "other.yml", "type: dev-environment\nname: secret-dev\nresources:\n  disk: 1GB..\n")
+		other := writeConfig(t, s.cli.home, "other.yml", "type: dev-environment\nname: secret-dev\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n")
 		s.cli.must(ctx, "run", "-y", "-d", "--project", "other", other)
 		t.Cleanup(func() { s.cli.run(context.Background(), "stop", "--abort", "--project", "other", "secret-dev") })
 		alice, err := admin.CreateUser(ctx, api.CreateUserRequest{Name: "alice"})
