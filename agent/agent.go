@@ -146,8 +146,12 @@ func (a *Agent) Start(ctx context.Context, spec api.JobSpec) (api.JobStatus, err
 	// agent dies mid-start, Adopt still finds the container by its labels.
 	// Instance volumes are the host admin's to allow: checked here, on
 	// the host, whatever the server let through.
+	// Repos given by URL are cloned here, into the job's upload.
 	var h runtime.Handle
-	started, err := a.cfg.Volumes.Prepare(spec, a.log)
+	started, err := a.withClones(ctx, spec)
+	if err == nil {
+		started, err = a.cfg.Volumes.Prepare(started, a.log)
+	}
 	if err == nil {
 		h, err = a.rt.Start(ctx, started, func() { a.log.Info().Str("job", spec.ID).Str("image", spec.Image).Msg("pulling image") })
 	}

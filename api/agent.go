@@ -66,6 +66,9 @@ type JobSpec struct {
 	// before the start; the agent unpacks it into the job's working
 	// directory before the commands run.
 	Upload string `json:"upload,omitempty"`
+	// Repos are git repositories the agent clones on the host and adds to
+	// the upload before the start (JobRepo).
+	Repos []JobRepo `json:"repos,omitempty"`
 }
 
 // JobRegistryAuth holds credentials for one image registry.

@@ -178,7 +178,7 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 			WorkingDir: spec.WorkingDir, User: spec.User, Privileged: spec.Privileged,
 			ShmSize: api.Size(n.res.SHMSize), StopDuration: st.StopDuration,
 			Labels: map[string]string{"dev.gpud.project": project, "dev.gpud.run": name},
-			Upload: req.Upload,
+			Upload: req.Upload, Repos: jobRepos(spec),
 		}
 		addTagLabels(js.Labels, spec.Tags)
 		if err := s.applyContainerFields(&js, spec, n.image); err != nil {

@@ -126,9 +126,6 @@ func refusalsOf(r fieldRule) []refusal {
 // the plan with the field's path and line.
 var refusedSamples = map[string]string{
 	"volumes.name":                     "type: task\ncommands: [true]\nvolumes:\n  - name: my-vol\n    path: /data\n",
-	"repos.url":                        "type: task\ncommands: [true]\nrepos:\n  - https://github.com/dstackai/dstack\n",
-	"repos.branch":                     "type: task\ncommands: [true]\nrepos:\n  - local_path: .\n    branch: main\n",
-	"repos.hash":                       "type: task\ncommands: [true]\nrepos:\n  - local_path: .\n    hash: abc123\n",
 	"repos.if_exists":                  "type: task\ncommands: [true]\nrepos:\n  - local_path: .\n    if_exists: skip\n",
 	"dev-environment:entrypoint":       "type: dev-environment\nentrypoint: /bin/sh\n",
 	"resources.gpu.memory_share":       "type: task\ncommands: [true]\nresources:\n  gpu:\n    memory_share: 10GB\n",

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/untar"
@@ -115,7 +116,7 @@ func (s *runsAPI) handleUpload(w http.ResponseWriter, r *http.Request) error {
 // checkRunUpload refuses a run whose configuration sets repos or files
 // without an upload of its project, and an upload named without them.
 func (s *Server) checkRunUpload(project string, spec *api.RunSpec, sum string) error {
-	needs := len(spec.Repos) > 0 || len(spec.Files) > 0
+	needs := len(spec.Files) > 0 || slices.ContainsFunc(spec.Repos, func(r api.Repo) bool { return r.URL == "" })
 	switch {
 	case sum == "" && needs:
 		field := "configuration.files"
@@ -126,7 +127,7 @@ func (s *Server) checkRunUpload(project string, spec *api.RunSpec, sum string) e
 	case sum == "":
 		return nil
 	case !needs:
-		return badField("upload", "the configuration sets no repos or files; drop upload")
+		return badField("upload", "the configuration sets no local repos or files; drop upload")
 	case !sha256Hex.MatchString(sum):
 		return badField("upload", "%q is not a SHA-256 in hex", sum)
 	}
@@ -153,4 +154,16 @@ func (s *dispatcher) pushUpload(ctx context.Context, link *agentLink, project, s
 		return err
 	}
 	return link.client.PutUpload(ctx, sum, fi.Size(), f)
+}
+
+// jobRepos are the run's repos given by URL, which the job's agent clones
+// on its host (agent.withClones).
+func jobRepos(spec *api.RunSpec) []api.JobRepo {
+	var out []api.JobRepo
+	for _, r := range spec.Repos {
+		if r.URL != "" {
+			out = append(out, api.JobRepo{URL: r.URL, Branch: r.Branch, Hash: r.Hash, Path: r.Path})
+		}
+	}
+	return out
 }

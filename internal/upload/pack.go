@@ -46,6 +46,13 @@ type Options struct {
 	// Warn receives one line per path left out for a reason other than an
 	// ignore rule (a link pointing outside the tree, a socket); nil drops them.
 	Warn io.Writer
+	// Clone packs fresh clones as they are: .git included (the job keeps
+	// the history, as on dstack) and no ignore file read (every file of a
+	// fresh clone is tracked).
+	Clone bool
+	// Base names a tar.gz whose entries are packed first, as they are (an
+	// upload the sources are added to).
+	Base string
 }
 
 // Archive is a packed upload.
@@ -67,7 +74,12 @@ func Pack(w io.Writer, sources []Source, opt Options) (Archive, error) {
 	h := sha256.New()
 	cw := &limitWriter{w: io.MultiWriter(w, h), max: opt.MaxBytes}
 	zw := gzip.NewWriter(cw)
-	p := &packer{tw: tar.NewWriter(zw), warn: opt.Warn}
+	p := &packer{tw: tar.NewWriter(zw), warn: opt.Warn, clone: opt.Clone}
+	if opt.Base != "" {
+		if err := p.copyBase(opt.Base); err != nil {
+			return Archive{}, cw.explain(err)
+		}
+	}
 	for _, src := range sources {
 		dest, err := cleanDest(src.Dest)
 		if err != nil {
@@ -111,14 +123,48 @@ type packer struct {
 	tw    *tar.Writer
 	warn  io.Writer
 	files int
+	clone bool
+}
+
+// copyBase packs the entries of the tar.gz at name as they are.
+func (p *packer) copyBase(name string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return fmt.Errorf("pack: %w", err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("pack %s: %w", name, err)
+	}
+	defer zr.Close()
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("pack %s: %w", name, err)
+		}
+		if err := p.header(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(p.tw, tr); err != nil {
+			return fmt.Errorf("pack %s: %w", name, err)
+		}
+	}
 }
 
 // walk packs the directory dir at dest; rel is its path relative to the
 // walked root (for ignore rules), sets the rule sets above it.
 func (p *packer) walk(dir, dest, rel string, sets []ruleSet) error {
-	rs, err := readRules(dir, rel)
-	if err != nil {
-		return fmt.Errorf("pack %s: %w", dir, err)
+	var rs ruleSet
+	if !p.clone {
+		var err error
+		if rs, err = readRules(dir, rel); err != nil {
+			return fmt.Errorf("pack %s: %w", dir, err)
+		}
 	}
 	if len(rs.rules) > 0 {
 		sets = append(sets[:len(sets):len(sets)], rs)
@@ -131,7 +177,7 @@ func (p *packer) walk(dir, dest, rel string, sets []ruleSet) error {
 		name := e.Name()
 		childRel := path.Join(rel, name)
 		isDir := e.IsDir()
-		if (isDir && name == ".git") || ignored(sets, childRel, isDir) {
+		if !p.clone && ((isDir && name == ".git") || ignored(sets, childRel, isDir)) {
 			continue
 		}
 		local := filepath.Join(dir, name)
