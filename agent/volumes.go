@@ -186,11 +186,8 @@ func (p VolumePolicy) materialize(hostPath string) (string, error) {
 		return "", fmt.Errorf("%w: %s leads to %s: %v", ErrVolumeForbidden, c, target, unforbidden(err))
 	}
 	if existing != c {
-		if err := os.MkdirAll(target, 0o755); err != nil {
-			return "", fmt.Errorf("make %s: %w", target, err)
-		}
-		if err := os.Chmod(target, 0o777); err != nil {
-			return "", fmt.Errorf("make %s: %w", target, err)
+		if err := makeVolumeDir(base, strings.TrimPrefix(c, existing), target); err != nil {
+			return "", err
 		}
 	}
 	real, err := filepath.EvalSymlinks(target)
@@ -201,6 +198,36 @@ func (p VolumePolicy) materialize(hostPath string) (string, error) {
 		return "", fmt.Errorf("%w: %s leads to %s: %v", ErrVolumeForbidden, c, real, unforbidden(err))
 	}
 	return real, nil
+}
+
+// makeVolumeDir makes the missing directories rest below base, whatever
+// the agent's umask (an SSH-started agent's is 077): the parents 0755,
+// so a job's user can reach the volume, and the volume itself 0777, as
+// dstack does, so any job user can write there. A directory someone else
+// made meanwhile keeps its mode.
+func makeVolumeDir(base, rest, target string) error {
+	dir := base
+	for _, part := range strings.Split(rest, "/") {
+		if part == "" {
+			continue
+		}
+		dir = filepath.Join(dir, part)
+		err := os.Mkdir(dir, 0o755)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("make %s: %w", target, err)
+		}
+		mode := os.FileMode(0o755)
+		if dir == target {
+			mode = 0o777
+		}
+		if err := os.Chmod(dir, mode); err != nil {
+			return fmt.Errorf("make %s: %w", target, err)
+		}
+	}
+	return nil
 }
 
 // unforbidden is err's message without the ErrVolumeForbidden prefix.

@@ -2,7 +2,10 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/goccy/go-yaml/ast"
 )
@@ -61,6 +64,11 @@ type SSHConfig struct {
 	ProxyJump    *SSHProxyJump `json:"proxy_jump,omitempty"`
 	Hosts        []SSHHost     `json:"hosts"`
 	Network      string        `json:"network,omitempty"` // CIDR of the hosts' internal network
+	// VolumePrefixes (gpud) are the directories of the hosts under which
+	// runs may mount instance volumes: the fleet's admin, who holds the
+	// hosts' SSH keys, allows them (each agent starts with
+	// --allow-volume-prefix); none by default.
+	VolumePrefixes []string `json:"volume_prefixes,omitempty"`
 }
 
 // SSHProxyJump is a bastion host the fleet's hosts are reached through.
@@ -184,6 +192,14 @@ func (d *decoder) sshConfig(n ast.Node, path string) *SSHConfig {
 		"identity_file": func(n ast.Node, p string) { c.IdentityFile, _ = d.str(n, p) },
 		"proxy_jump":    func(n ast.Node, p string) { c.ProxyJump = d.proxyJump(n, p) },
 		"network":       func(n ast.Node, p string) { c.Network, _ = d.str(n, p) },
+		"volume_prefixes": func(n ast.Node, p string) {
+			c.VolumePrefixes = d.strList(n, p)
+			for _, v := range c.VolumePrefixes {
+				if !strings.HasPrefix(v, "/") || slices.Contains(strings.Split(v, "/"), "..") {
+					d.errorAt(n, p, fmt.Sprintf("volume prefix %q is not an absolute path without `..`", v), "write host directories like /data")
+				}
+			}
+		},
 		"hosts": func(n ast.Node, p string) {
 			items, _ := d.seq(n, p, "a list of hosts")
 			for i, it := range items {

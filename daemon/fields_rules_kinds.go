@@ -8,12 +8,13 @@ var provisioningRefusal = &refusal{Why: "gpud provisions no instances yet (no cl
 // otherKindRules are the fields of fleets, queues, volumes and gateways.
 // A key "kind:" alone covers the whole kind.
 var otherKindRules = fieldRules{
-	"fleet:type":                    {Proof: []string{"daemon.TestSSHFleetApplyProvisionsReappliesAndDeletesHosts"}},
-	"fleet:name":                    {Proof: []string{"daemon.TestSSHFleetApplyProvisionsReappliesAndDeletesHosts"}},
-	"fleet:ssh_config":              {Subtree: true, Proof: []string{"daemon.TestSSHFleetApplyProvisionsReappliesAndDeletesHosts", "daemon.TestSSHClusterRunsATwoNodeTaskWhoseNodesReachEachOther"}},
-	"fleet:ssh_config.hosts.blocks": {All: &refusal{Why: "blocks do not split hosts yet", Instead: "drop blocks; a host's GPUs are shared job by job"}},
-	"fleet:placement":               {Proof: []string{"daemon.TestMultiNodeGangStaysWithinOneFleet"}},
-	"fleet:blocks":                  {All: &refusal{Why: "blocks do not split hosts yet", Instead: "drop blocks; a host's GPUs are shared job by job"}},
+	"fleet:type":                       {Proof: []string{"daemon.TestSSHFleetApplyProvisionsReappliesAndDeletesHosts"}},
+	"fleet:name":                       {Proof: []string{"daemon.TestSSHFleetApplyProvisionsReappliesAndDeletesHosts"}},
+	"fleet:ssh_config":                 {Subtree: true, Proof: []string{"daemon.TestSSHFleetApplyProvisionsReappliesAndDeletesHosts", "daemon.TestSSHClusterRunsATwoNodeTaskWhoseNodesReachEachOther"}},
+	"fleet:ssh_config.volume_prefixes": {Proof: []string{"daemon.TestSSHFleetVolumePrefixesLetRunsKeepDataOnTheHost"}},
+	"fleet:ssh_config.hosts.blocks":    {All: &refusal{Why: "blocks do not split hosts yet", Instead: "drop blocks; a host's GPUs are shared job by job"}},
+	"fleet:placement":                  {Proof: []string{"daemon.TestMultiNodeGangStaysWithinOneFleet"}},
+	"fleet:blocks":                     {All: &refusal{Why: "blocks do not split hosts yet", Instead: "drop blocks; a host's GPUs are shared job by job"}},
 	"fleet:nodes": {Subtree: true, Proof: []string{"daemon.TestRegisteredFleetTakesNoMoreHostsThanNodesMax"},
 		Check: func(fc *fieldCheck, _ string) *refusal {
 			if n := fc.cfg.Fleet.Nodes; n != nil && (n.Min > 0 || n.Target > 0) {

@@ -238,3 +238,37 @@ func TestEmbeddedLaptopModeMountsAnyPathButItsDataDir(t *testing.T) {
 	}
 	ts.refusedAt(fmt.Sprintf("type: task\ncommands: [true]\nvolumes:\n  - %s:/x\n", ts.opts.DataDir), "volumes[0].instance_path", "data dir")
 }
+
+// An SSH fleet's admin, who holds its hosts' keys, allows volume
+// directories in the fleet (ssh_config.volume_prefixes, a gpud
+// extension): the server starts each agent with --allow-volume-prefix,
+// and a run's instance volume on that host keeps data across runs.
+func TestSSHFleetVolumePrefixesLetRunsKeepDataOnTheHost(t *testing.T) {
+	bin := staticGpud(t)
+	image := testutil.SSHDImage(t)
+	nw := testutil.NewDockerNetwork(t)
+	key := testutil.NewClientKey(t, t.TempDir())
+	host := testutil.StartSSHD(t, image, nw, key.Public)
+	ts := startServerWith(t, Options{Runtime: "process", AgentBinary: bin,
+		SSHAgentArgs: []string{"--runtime", "process", "--fake-gpus", "1xH100:80GB"}})
+	vol := "volumes:\n  - /data/cache-${{ dstack.node_rank }}:/data/cache-${{ dstack.node_rank }}\nresources:\n  gpu: 1\n"
+	ts.refusedAt(task("vssh", vol, "true"), "volumes[0].instance_path", "--allow-volume-prefix")
+	fleet := sshFleetYAML(key.IdentityFile, host) + "  volume_prefixes: [/data]\n"
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply", api.ApplyRequest{ConfigurationYAML: fleet}, nil)
+	testutil.Eventually(t, 90*time.Second, func() error {
+		for _, h := range ts.candidateHosts("main") {
+			if h.fleetName == "lab" && slices.Contains(h.info.VolumePrefixes, "/data") {
+				return nil
+			}
+		}
+		return fmt.Errorf("the SSH host has not come up allowing /data")
+	})
+	ts.runOutput("vssh", "type: task\nname: vssh\n"+vol+"commands:\n  - echo kept-on-the-ssh-host > /data/cache-0/f\n", "done")
+	_, out := ts.runOutput("vssh2", "type: task\nname: vssh2\n"+vol+"commands:\n  - cat /data/cache-0/f\n", "done")
+	if !slices.Contains(out, "kept-on-the-ssh-host") {
+		t.Fatalf("run 2 on the SSH host did not read what run 1 wrote: %q", out)
+	}
+	if got := strings.TrimSpace(host.Exec(t, "cat /data/cache-0/f")); got != "kept-on-the-ssh-host" {
+		t.Fatalf("the SSH host's /data/cache-0/f holds %q", got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -136,7 +137,7 @@ func (s *hosts) runSSHHost(ctx context.Context, h *sshHost) {
 	for retry := 1; ; retry++ {
 		var err error
 		host, err = sshfleet.Provision(ctx, h.target, sshfleet.Options{Dialer: dialer, Binary: s.opts.AgentBinary,
-			AgentArgs: s.opts.SSHAgentArgs, Logger: log})
+			AgentArgs: append(slices.Clone(s.opts.SSHAgentArgs), h.target.AgentArgs()...), Logger: log})
 		if err == nil {
 			break
 		}

@@ -33,6 +33,18 @@ type Target struct {
 	Blocks *api.Blocks
 	// InternalIP is the address other hosts reach this one at, if set.
 	InternalIP string
+	// VolumePrefixes are where the fleet's admin lets jobs mount instance
+	// volumes on the host (the agent's --allow-volume-prefix).
+	VolumePrefixes []string
+}
+
+// AgentArgs are the `gpud agent` flags the target's own settings add.
+func (t Target) AgentArgs() []string {
+	var out []string
+	for _, p := range t.VolumePrefixes {
+		out = append(out, "--allow-volume-prefix", p)
+	}
+	return out
 }
 
 // Jump is a bastion host (ssh -J).
@@ -73,6 +85,7 @@ func Targets(c *api.SSHConfig) []Target {
 		t := Target{
 			Name: h.Hostname, Hostname: h.Hostname, Port: h.Port, User: orDefault(h.User, c.User),
 			IdentityFile: orDefault(h.IdentityFile, c.IdentityFile), Blocks: h.Blocks, InternalIP: h.InternalIP,
+			VolumePrefixes: c.VolumePrefixes,
 		}
 		if t.Port == 0 {
 			t.Port = c.Port
