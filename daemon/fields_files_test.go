@@ -285,4 +285,20 @@ commands:
 	if strings.Contains(out, "debug.log") {
 		t.Errorf("the job sees debug.log, which .gitignore leaves out")
 	}
+	// A job with a numeric user owns what arrives, and may write beside it.
+	ts.uploadRun(`type: task
+name: duser
+user: "65534:65534"
+repos:
+  - repo
+commands:
+  - stat -c 'owner=%u:%g' train.py pkg/model.py
+  - touch made-here && echo wrote=yes
+`+smallResources, base)
+	run = ts.waitRunEnd("duser", 90*time.Second)
+	out = strings.Join(ts.runLogs("duser"), "\n")
+	t.Logf("run %s (%s), output:\n%s", run.Status, run.Reason, out)
+	if strings.Count(out, "owner=65534:65534") != 2 || !strings.Contains(out, "wrote=yes") {
+		t.Errorf("a job of user 65534 does not own its files or cannot write its working directory")
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/moby/moby/api/types/container"
@@ -50,8 +51,9 @@ func (r *Runtime) copyUpload(ctx context.Context, containerID string, spec api.J
 	if err != nil {
 		return fmt.Errorf("the run's repos and files: %w", err)
 	}
+	owner := numericOwner(spec.User)
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(reroot(name, strings.TrimPrefix(path.Clean(workDir), "/"), pw)) }()
+	go func() { pw.CloseWithError(reroot(name, strings.TrimPrefix(path.Clean(workDir), "/"), owner, pw)) }()
 	_, err = r.cli.CopyToContainer(ctx, containerID, client.CopyToContainerOptions{DestinationPath: "/", Content: pr})
 	pr.CloseWithError(err)
 	if err != nil {
@@ -60,9 +62,28 @@ func (r *Runtime) copyUpload(ctx context.Context, containerID string, spec api.J
 	return nil
 }
 
+// numericOwner is the uid and gid of a job user given as numbers ("1000"
+// or "1000:1000"), whom the copied files then belong to; nil (root) for a
+// name, which only the image's passwd could resolve.
+func numericOwner(user string) *[2]int {
+	u, g, hasGroup := strings.Cut(user, ":")
+	uid, err := strconv.Atoi(u)
+	if err != nil || uid < 0 {
+		return nil
+	}
+	gid := uid
+	if hasGroup {
+		if gid, err = strconv.Atoi(g); err != nil || gid < 0 {
+			return nil
+		}
+	}
+	return &[2]int{uid, gid}
+}
+
 // reroot writes the archive at name as a plain tar whose entries lie under
-// prefix (a relative path; "" or "." for the container's root).
-func reroot(name, prefix string, w io.Writer) error {
+// prefix (a relative path; "" or "." for the container's root), owned by
+// owner when not nil, the prefix directory itself included.
+func reroot(name, prefix string, owner *[2]int, w io.Writer) error {
 	f, err := os.Open(name)
 	if err != nil {
 		return err
@@ -74,6 +95,18 @@ func reroot(name, prefix string, w io.Writer) error {
 	}
 	defer zr.Close()
 	tr, tw := tar.NewReader(zr), tar.NewWriter(w)
+	own := func(h *tar.Header) {
+		if owner != nil {
+			h.Uid, h.Gid, h.Uname, h.Gname = owner[0], owner[1], "", ""
+		}
+	}
+	if prefix != "" && prefix != "." && owner != nil {
+		h := &tar.Header{Typeflag: tar.TypeDir, Name: prefix + "/", Mode: 0o755}
+		own(h)
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+	}
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -87,6 +120,7 @@ func reroot(name, prefix string, w io.Writer) error {
 		if dir {
 			h.Name += "/"
 		}
+		own(h)
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
