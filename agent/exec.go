@@ -92,3 +92,13 @@ func (s *sessions) of(id string) *api.JobSessions {
 	}
 	return nil
 }
+
+// Exec runs req through the wrapped runtime: commands in a job need no
+// privilege check of their own (the job was checked at its start).
+func (u unprivileged) Exec(ctx context.Context, h runtime.Handle, req runtime.ExecRequest) (int, error) {
+	e, ok := u.Runtime.(runtime.Execer)
+	if !ok {
+		return -1, fmt.Errorf("job %s: the %s runtime cannot run commands in its jobs: %w", h.JobID, u.Name(), ErrInvalid)
+	}
+	return e.Exec(ctx, h, req)
+}

@@ -94,6 +94,9 @@ func TestSSHReachesTheDevEnvironmentThroughTheServer(t *testing.T) {
 		if r := s.cli.ssh(ctx, "ssh", "-F", config, "dev", "exit 7"); r.code != 7 {
 			t.Fatalf("ssh dev 'exit 7': exit %d, want the command's 7\n%s", r.code, r.stderr)
 		}
+		if r := s.cli.ssh(ctx, "ssh", "-tt", "-F", config, "dev", "tty"); r.code != 0 || !strings.Contains(r.stdout, "/dev/pts/") {
+			t.Fatalf("ssh -tt dev tty: exit %d, %q, want a terminal\n%s", r.code, r.stdout, r.stderr)
+		}
 	})
 
 	t.Run("scp copies a file into the job", func(t *testing.T) {
@@ -194,4 +197,42 @@ func waitRunning(t *testing.T, s *server, name string) {
 		}
 		return nil
 	})
+}
+
+// TestSSHReachesADockerDevEnvironmentsContainer drives the real ssh client
+// into a dev environment on the Docker runtime: the command runs in the
+// job's container (docker exec: its working directory, its environment),
+// with a terminal when asked (-tt), and nothing is installed in the image.
+func TestSSHReachesADockerDevEnvironmentsContainer(t *testing.T) {
+	importBusybox(t)
+	s := startServer(t, "docker")
+	ctx := timeout(t, 3*time.Minute)
+	dev := writeConfig(t, s.cli.home, "dev.yml", "type: dev-environment\nname: dock\nide: cursor\nimage: "+busyboxImage+
+		"\nworking_dir: /tmp\nenv:\n  - MARKER=inside-the-container\ninit:\n  - echo \"host=$(hostname)\"\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n")
+	submitted := s.cli.must(ctx, "run", "-y", "-d", dev)
+	t.Cleanup(func() { s.cli.run(context.Background(), "stop", "--abort", "dock") })
+	if link := "cursor://vscode-remote/ssh-remote+dock/tmp"; !strings.Contains(submitted.stderr, link) {
+		t.Errorf("gpud run does not print the IDE link %s:\n%s", link, submitted.stderr)
+	}
+	waitRunning(t, s, "dock")
+	var host string
+	testutil.Eventually(t, 30*time.Second, func() error {
+		m := regexp.MustCompile(`host=(\S+)`).FindStringSubmatch(s.cli.must(ctx, "logs", "dock").stdout)
+		if m == nil {
+			return fmt.Errorf("the dev environment has not printed its hostname yet")
+		}
+		host = m[1]
+		return nil
+	})
+	s.cli.must(ctx, "ssh-config", "--no-include", "dock")
+	config := filepath.Join(s.cli.home, ".gpud", "ssh", "config")
+
+	r := s.cli.ssh(ctx, "ssh", "-F", config, "dock", "echo hello; pwd; echo $MARKER; hostname")
+	if want := "hello\n/tmp\ninside-the-container\n" + host + "\n"; r.code != 0 || r.stdout != want {
+		t.Fatalf("ssh dock: exit %d, printed %q, want %q (the container's directory, environment and hostname)\n%s", r.code, r.stdout, want, r.stderr)
+	}
+	r = s.cli.ssh(ctx, "ssh", "-tt", "-F", config, "dock", "tty")
+	if r.code != 0 || !strings.Contains(r.stdout, "/dev/pts/") {
+		t.Fatalf("ssh -tt dock tty: exit %d, %q, want a terminal\n%s", r.code, r.stdout, r.stderr)
+	}
 }

@@ -56,7 +56,12 @@ func (r *Runtime) Exec(ctx context.Context, h runtime.Handle, req runtime.ExecRe
 	if req.Stdin != nil {
 		go func() {
 			_, _ = io.Copy(att.Conn, req.Stdin) // ends when either side closes
-			_ = att.CloseWrite()                // the command sees EOF
+			if !req.TTY {
+				// The command sees EOF. A terminal has no end of input
+				// (sshd keeps a pty open too): closing it would hang the
+				// exec's terminal up before its output is read.
+				_ = att.CloseWrite()
+			}
 		}()
 	}
 	if req.TTY {
