@@ -119,7 +119,11 @@ func (s *dispatcher) runJob(ctx context.Context, id string) {
 	if sealed.Commands != nil {
 		spec.Commands = sealed.Commands
 	}
+	if sealed.Repos != nil {
+		spec.Repos = sealed.Repos
+	}
 	spec.GPUs = s.jobGPUs(j.Instance, js)
+	spec.Volumes = s.volumesFor(j.Instance, spec.Volumes)
 	if spec.Cluster, err = s.jobCluster(ctx, j, js); err != nil {
 		s.log.Error().Err(err).Str("job", j.ID).Str("run", j.Run).Msg("not started: a record of its gang does not decode")
 		return

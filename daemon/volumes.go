@@ -217,3 +217,28 @@ func noteOptionalVolumes(fc *fieldCheck) string {
 	}
 	return ""
 }
+
+// volumesFor leaves out the optional volumes the instance's host does not
+// allow, so an agent older than its volume policy (which mounts whatever
+// it is sent) never mounts one; the others are the agent's to check.
+func (s *Server) volumesFor(instance string, vols []api.JobVolume) []api.JobVolume {
+	if len(vols) == 0 {
+		return vols
+	}
+	inst, err := s.store.Instances().Get(instance)
+	if err != nil {
+		return vols
+	}
+	st, err := s.instanceSpec(inst)
+	if err != nil {
+		return vols
+	}
+	out := make([]api.JobVolume, 0, len(vols))
+	for _, v := range vols {
+		if v.Optional && agent.CheckVolumePath(v.HostPath, st.Host.VolumePrefixes, st.Host.VolumeDenied) != nil {
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
