@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -25,7 +27,7 @@ const cloneTimeout = 10 * time.Minute
 func CheckRepoURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return fmt.Errorf("repo %q: only http:// and https:// URLs are cloned", raw)
+		return errors.New("repo: only http:// and https:// URLs are cloned")
 	}
 	return nil
 }
@@ -89,19 +91,40 @@ func clone(ctx context.Context, r api.JobRepo, dir, home string) error {
 		return err
 	}
 	if r.Hash != "" && !commitHash.MatchString(r.Hash) {
-		return fmt.Errorf("repo %s: hash %q is not a commit hash", r.URL, r.Hash)
+		return fmt.Errorf("repo: hash %q is not a commit hash", r.Hash)
 	}
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return err
 	}
 	env := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1",
 		"GIT_CONFIG_GLOBAL=/dev/null", "GIT_ALLOW_PROTOCOL=http:https", "GIT_ASKPASS=/bin/false", "SSH_ASKPASS=/bin/false"}
+	// A private repo's credentials (user:token@ in the URL, from a secret)
+	// go to git as an HTTP header in its environment, never on its command
+	// line (which other users of the host can read) nor into the clone's
+	// .git/config; the URL the job sees and errors show carries none.
+	u, _ := url.Parse(r.URL)
+	var scrub []string
+	if u.User != nil {
+		pass, _ := u.User.Password()
+		cred := u.User.Username() + ":" + pass
+		env = append(env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader",
+			"GIT_CONFIG_VALUE_0=Authorization: Basic "+base64.StdEncoding.EncodeToString([]byte(cred)))
+		scrub = append(scrub, u.User.String(), cred, pass, url.QueryEscape(pass))
+		u.User = nil
+	}
+	public := u.String()
 	git := func(args ...string) error {
 		cmd := exec.CommandContext(ctx, "git", args...)
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("repo %s: git %s: %v: %s", r.URL, args[0], err, strings.TrimSpace(string(out)))
+			msg := strings.TrimSpace(string(out))
+			for _, secret := range scrub {
+				if secret != "" {
+					msg = strings.ReplaceAll(msg, secret, "***")
+				}
+			}
+			return fmt.Errorf("repo %s: git %s: %v: %s", public, args[0], err, msg)
 		}
 		return nil
 	}
@@ -112,7 +135,7 @@ func clone(ctx context.Context, r api.JobRepo, dir, home string) error {
 	if r.Hash == "" {
 		args = append(args, "--depth", "1")
 	}
-	if err := git(append(args, "--", r.URL, dir)...); err != nil {
+	if err := git(append(args, "--", public, dir)...); err != nil {
 		return err
 	}
 	if r.Hash != "" {

@@ -178,7 +178,11 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 			WorkingDir: spec.WorkingDir, User: spec.User, Privileged: spec.Privileged,
 			ShmSize: api.Size(n.res.SHMSize), StopDuration: st.StopDuration,
 			Labels: map[string]string{"dev.gpud.project": project, "dev.gpud.run": name},
-			Upload: req.Upload, Repos: jobRepos(spec),
+			Upload: req.Upload,
+		}
+		var sealedRepos []api.JobRepo
+		if js.Repos, sealedRepos, err = jobRepos(spec, resolve); err != nil {
+			return nil, err
 		}
 		addTagLabels(js.Labels, spec.Tags)
 		if err := s.applyContainerFields(&js, spec, n.image); err != nil {
@@ -199,7 +203,7 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 			js.RegistryAuth = &api.JobRegistryAuth{Username: u, Password: p}
 		}
 		js.Cluster = api.JobCluster{NodeRank: n.rank, NodesNum: replicaNodes}
-		sealed, err := json.Marshal(sealedJob{Env: env, RegistryAuth: js.RegistryAuth, Commands: sealedCommands})
+		sealed, err := json.Marshal(sealedJob{Env: env, RegistryAuth: js.RegistryAuth, Commands: sealedCommands, Repos: sealedRepos})
 		if err != nil {
 			return nil, fmt.Errorf("seal job %s: %w", jobID, err)
 		}
@@ -238,6 +242,9 @@ type sealedJob struct {
 	// Commands are the job's commands with secrets resolved, set only
 	// when one interpolates a secret (the spec keeps the reference).
 	Commands []string `json:"commands,omitempty"`
+	// Repos are the job's repos with secrets resolved in their URLs, set
+	// only when one interpolates a secret (a private repo's token).
+	Repos []api.JobRepo `json:"repos,omitempty"`
 }
 
 // withoutSecrets resolves like resolve but leaves secret references as

@@ -119,6 +119,9 @@ func (s *dispatcher) runJob(ctx context.Context, id string) {
 	if sealed.Commands != nil {
 		spec.Commands = sealed.Commands
 	}
+	if sealed.Repos != nil {
+		spec.Repos = sealed.Repos
+	}
 	spec.GPUs = s.jobGPUs(j.Instance, js)
 	spec.Volumes = s.volumesFor(j.Instance, spec.Volumes)
 	if spec.Cluster, err = s.jobCluster(ctx, j, js); err != nil {

@@ -27,7 +27,7 @@ var runRules = fieldRules{
 	"repos":            {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir", "daemon.TestFilesAndReposArriveInADockerJobsWorkingDir"}},
 	"repos.local_path": {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}},
 	"repos.path":       {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}, Check: checkUploadPath},
-	"repos.url":        {Proof: []string{"daemon.TestRepoURLIsClonedIntoTheJobsWorkingDir"}, Check: checkRepoURL},
+	"repos.url":        {Proof: []string{"daemon.TestRepoURLIsClonedIntoTheJobsWorkingDir", "daemon.TestPrivateRepoURLTakesItsTokenFromASecret"}, Check: checkRepoURL},
 	"repos.branch":     {Proof: []string{"daemon.TestRepoURLIsClonedIntoTheJobsWorkingDir"}, Check: checkRepoRef},
 	"repos.hash":       {Proof: []string{"daemon.TestRepoURLIsClonedIntoTheJobsWorkingDir"}, Check: checkRepoRef},
 	"repos.if_exists": {All: &refusal{Why: "each job gets a fresh working directory, so a repo never finds its path taken",

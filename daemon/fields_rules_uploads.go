@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"path"
+	"regexp"
 	"strings"
 
 	"gpud.dev/gpud/agent"
@@ -34,9 +35,13 @@ func checkUploadPath(fc *fieldCheck, _ string) *refusal {
 	return nil
 }
 
+// interpolation matches a ${{ ... }} reference.
+var interpolation = regexp.MustCompile(`\$\{\{[^}]*\}\}`)
+
 // checkRepoURL refuses repo URLs the agent does not clone: only http(s)
 // (no ssh, file or local paths, which would use the host's keys or read
-// its files), and no secret in the URL yet.
+// its files). A secret may give a private repo's token
+// (https://user:${{ secrets.TOKEN }}@host/repo).
 func checkRepoURL(fc *fieldCheck, _ string) *refusal {
 	run := fc.cfg.Run()
 	if run == nil {
@@ -45,10 +50,7 @@ func checkRepoURL(fc *fieldCheck, _ string) *refusal {
 	for _, r := range run.Repos {
 		switch {
 		case r.URL == "":
-		case strings.Contains(r.URL, "${{"):
-			return &refusal{Why: "credentials for a private repo are not applied to the clone yet",
-				Instead: "clone it in commands with the token from ${{ secrets.X }}, or upload a local checkout (local_path)"}
-		case agent.CheckRepoURL(r.URL) != nil:
+		case agent.CheckRepoURL(interpolation.ReplaceAllString(r.URL, "x")) != nil:
 			return &refusal{Why: "only http:// and https:// repo URLs are cloned (an ssh URL would need the host's keys)",
 				Instead: "use the repo's https URL, or upload a local checkout (local_path)"}
 		}

@@ -157,13 +157,31 @@ func (s *dispatcher) pushUpload(ctx context.Context, link *agentLink, project, s
 }
 
 // jobRepos are the run's repos given by URL, which the job's agent clones
-// on its host (agent.withClones).
-func jobRepos(spec *api.RunSpec) []api.JobRepo {
-	var out []api.JobRepo
-	for _, r := range spec.Repos {
-		if r.URL != "" {
-			out = append(out, api.JobRepo{URL: r.URL, Branch: r.Branch, Hash: r.Hash, Path: r.Path})
+// on its host (agent.withClones), with their URLs interpolated: shown keeps
+// secret references (what the job's spec stores), and sealed, set only
+// when a URL interpolates a secret (a private repo's token), resolves them.
+func jobRepos(spec *api.RunSpec, resolve func(api.Reference) (string, error)) (shown, sealed []api.JobRepo, err error) {
+	secret := false
+	for i, r := range spec.Repos {
+		if r.URL == "" {
+			continue
 		}
+		real, err := api.Interpolate(r.URL, resolve)
+		if err != nil {
+			return nil, nil, badField(fmt.Sprintf("configuration.repos[%d].url", i), "%v", err)
+		}
+		public, err := api.Interpolate(r.URL, withoutSecrets(resolve))
+		if err != nil {
+			return nil, nil, badField(fmt.Sprintf("configuration.repos[%d].url", i), "%v", err)
+		}
+		secret = secret || real != public
+		jr := api.JobRepo{URL: public, Branch: r.Branch, Hash: r.Hash, Path: r.Path}
+		shown = append(shown, jr)
+		jr.URL = real
+		sealed = append(sealed, jr)
 	}
-	return out
+	if !secret {
+		sealed = nil
+	}
+	return shown, sealed, nil
 }
