@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -12,8 +13,7 @@ import (
 
 // Exec runs req inside the running job id (see runtime.Execer) and
 // returns the command's exit code. The command is killed when ctx ends or
-// when the job ends. While it runs the job counts an active session, so
-// its status shows who is connected and since when it was last used.
+// when the job ends.
 func (a *Agent) Exec(ctx context.Context, id string, req runtime.ExecRequest) (int, error) {
 	j, err := a.get(id)
 	if err != nil {
@@ -38,10 +38,40 @@ func (a *Agent) Exec(ctx context.Context, id string, req runtime.ExecRequest) (i
 		case <-ctx.Done():
 		}
 	}()
-	done := a.sessions.begin(id)
-	defer done()
 	return e.Exec(ctx, h, req)
 }
+
+// DialJob connects to port on the running job id's own loopback (see
+// runtime.PortDialer), for SSH port forwarding.
+func (a *Agent) DialJob(ctx context.Context, id string, port int) (net.Conn, error) {
+	h, err := a.runningHandle(id)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := a.rt.(runtime.PortDialer)
+	if !ok {
+		return nil, fmt.Errorf("job %s: the %s runtime cannot forward ports into its jobs: %w", id, a.rt.Name(), ErrInvalid)
+	}
+	return d.DialJob(ctx, h, port)
+}
+
+func (a *Agent) runningHandle(id string) (runtime.Handle, error) {
+	j, err := a.get(id)
+	if err != nil {
+		return runtime.Handle{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if j.rec.Status.State != api.JobRunning || j.rec.Handle.ID == "" {
+		return runtime.Handle{}, fmt.Errorf("job %s is %s, not running: %w", id, j.rec.Status.State, ErrInvalid)
+	}
+	return j.rec.Handle, nil
+}
+
+// SessionOpened counts an interactive (SSH) connection into job id until
+// the returned function is called, for its status and inactivity
+// policies.
+func (a *Agent) SessionOpened(id string) (closed func()) { return a.sessions.begin(id) }
 
 // Touch records activity in a session of job id (input from its client),
 // for inactivity policies.
@@ -101,4 +131,13 @@ func (u unprivileged) Exec(ctx context.Context, h runtime.Handle, req runtime.Ex
 		return -1, fmt.Errorf("job %s: the %s runtime cannot run commands in its jobs: %w", h.JobID, u.Name(), ErrInvalid)
 	}
 	return e.Exec(ctx, h, req)
+}
+
+// DialJob connects through the wrapped runtime.
+func (u unprivileged) DialJob(ctx context.Context, h runtime.Handle, port int) (net.Conn, error) {
+	d, ok := u.Runtime.(runtime.PortDialer)
+	if !ok {
+		return nil, fmt.Errorf("job %s: the %s runtime cannot forward ports into its jobs: %w", h.JobID, u.Name(), ErrInvalid)
+	}
+	return d.DialJob(ctx, h, port)
 }

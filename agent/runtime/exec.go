@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"io"
+	"net"
 )
 
 // WindowSize is a terminal's size in characters.
@@ -37,4 +38,11 @@ type ExecRequest struct {
 // kills the command.
 type Execer interface {
 	Exec(ctx context.Context, h Handle, req ExecRequest) (int, error)
+}
+
+// PortDialer is a runtime that can open a TCP connection to a port on a
+// running job's own loopback (SSH port forwarding): what the job itself
+// reaches at 127.0.0.1:port, in its network namespace.
+type PortDialer interface {
+	DialJob(ctx context.Context, h Handle, port int) (net.Conn, error)
 }

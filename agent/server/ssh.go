@@ -64,9 +64,19 @@ func (s *server) ssh(w http.ResponseWriter, r *http.Request) {
 	}
 	log := s.log.With().Str("job", id).Str("user", r.Header.Get(api.HeaderSSHUser)).Logger()
 	log.Info().Msg("ssh session opened")
-	err = sshd.Serve(r.Context(), c, sshd.Config{
+	closed := s.a.SessionOpened(id)
+	defer closed()
+	// The connection ends with the job.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		_, _ = s.a.Wait(ctx, id) // returns when the job is final or the connection ended
+		cancel()
+	}()
+	err = sshd.Serve(ctx, c, sshd.Config{
 		HostKey: hostKey, AuthorizedKey: key, Log: log,
 		Exec:  func(ctx context.Context, req runtime.ExecRequest) (int, error) { return s.a.Exec(ctx, id, req) },
+		Dial:  func(ctx context.Context, port int) (net.Conn, error) { return s.a.DialJob(ctx, id, port) },
 		Touch: func() { s.a.Touch(id) },
 	})
 	log.Info().AnErr("error", err).Msg("ssh session closed")

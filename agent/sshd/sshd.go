@@ -36,6 +36,9 @@ type Config struct {
 	AuthorizedKey ssh.PublicKey
 	// Exec runs a session's command in the job (agent.Exec bound to it).
 	Exec func(ctx context.Context, req runtime.ExecRequest) (int, error)
+	// Dial connects to a port on the job's own loopback (agent.DialJob
+	// bound to it), for port forwarding (ssh -L, an IDE's server).
+	Dial func(ctx context.Context, port int) (net.Conn, error)
 	// Touch records input from the client (inactivity policies).
 	Touch func()
 	Log   zerolog.Logger
@@ -86,10 +89,16 @@ func Serve(ctx context.Context, conn net.Conn, cfg Config) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	for nc := range chans {
+		if nc.ChannelType() == "direct-tcpip" {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				forward(ctx, nc, cfg)
+			}()
+			continue
+		}
 		if nc.ChannelType() != "session" {
-			// Port forwarding is not offered: `gpud attach RUN` forwards
-			// a run's published ports.
-			_ = nc.Reject(ssh.Prohibited, "only sessions are served; forward ports with `gpud attach RUN`")
+			_ = nc.Reject(ssh.UnknownChannelType, "only sessions and forwards to the job's localhost are served")
 			continue
 		}
 		ch, creqs, err := nc.Accept()
@@ -218,4 +227,63 @@ func (t touchReader) Read(p []byte) (int, error) {
 		t.touch()
 	}
 	return n, err
+}
+
+// forward serves a direct-tcpip channel (ssh -L, an IDE reaching its
+// server): only to the job's own loopback, never to another address, so
+// a forward reaches what the job reaches at localhost and nothing else.
+func forward(ctx context.Context, nc ssh.NewChannel, cfg Config) {
+	var p struct {
+		Host     string
+		Port     uint32
+		OrigHost string
+		OrigPort uint32
+	}
+	if err := ssh.Unmarshal(nc.ExtraData(), &p); err != nil {
+		_ = nc.Reject(ssh.ConnectionFailed, "malformed forward request")
+		return
+	}
+	if !loopback(p.Host) || p.Port == 0 || p.Port > 65535 {
+		_ = nc.Reject(ssh.Prohibited, fmt.Sprintf("forwards reach only the job's own localhost, not %s:%d", p.Host, p.Port))
+		return
+	}
+	if cfg.Dial == nil {
+		_ = nc.Reject(ssh.Prohibited, "port forwarding is not served for this job")
+		return
+	}
+	conn, err := cfg.Dial(ctx, int(p.Port))
+	if err != nil {
+		_ = nc.Reject(ssh.ConnectionFailed, err.Error())
+		return
+	}
+	defer conn.Close()
+	ch, reqs, err := nc.Accept()
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	go ssh.DiscardRequests(reqs)
+	stop := context.AfterFunc(ctx, func() { conn.Close(); ch.Close() })
+	defer stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(conn, touchReader{ch, cfg.Touch}) // ends when either side closes
+		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+	}()
+	_, _ = io.Copy(ch, conn)
+	_ = ch.CloseWrite()
+	<-done
+}
+
+// loopback reports whether host names the loopback ("localhost",
+// 127.0.0.0/8, ::1).
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -53,8 +53,11 @@ func TestSSHReachesTheDevEnvironmentThroughTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	echoPort := testutil.FreePort(t)
 	dev := writeConfig(t, s.cli.home, "dev.yml", "type: dev-environment\nname: dev\nide: vscode\n"+
-		"env:\n  - MARKER=inside-the-job\ninit:\n  - echo \"workdir=$(pwd)\"\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n")
+		"env:\n  - MARKER=inside-the-job\ninit:\n  - echo \"workdir=$(pwd)\"\n"+
+		fmt.Sprintf("  - '(busybox nc -ll -p %d -e /bin/cat &)'\n", echoPort)+
+		"resources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n")
 	submitted := s.cli.must(ctx, "run", "-y", "-d", dev)
 	// The process runtime's working directory is made by the agent at the
 	// start, so the link opens the host (the shell starts in that directory).
@@ -97,6 +100,10 @@ func TestSSHReachesTheDevEnvironmentThroughTheServer(t *testing.T) {
 		if r := s.cli.ssh(ctx, "ssh", "-tt", "-F", config, "dev", "tty"); r.code != 0 || !strings.Contains(r.stdout, "/dev/pts/") {
 			t.Fatalf("ssh -tt dev tty: exit %d, %q, want a terminal\n%s", r.code, r.stdout, r.stderr)
 		}
+	})
+
+	t.Run("a forward reaches the job's localhost and nothing else", func(t *testing.T) {
+		checkForwards(t, ctx, s.cli, config, "dev", echoPort)
 	})
 
 	t.Run("scp copies a file into the job", func(t *testing.T) {
@@ -208,7 +215,8 @@ func TestSSHReachesADockerDevEnvironmentsContainer(t *testing.T) {
 	s := startServer(t, "docker")
 	ctx := timeout(t, 3*time.Minute)
 	dev := writeConfig(t, s.cli.home, "dev.yml", "type: dev-environment\nname: dock\nide: cursor\nimage: "+busyboxImage+
-		"\nworking_dir: /tmp\nenv:\n  - MARKER=inside-the-container\ninit:\n  - echo \"host=$(hostname)\"\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n")
+		"\nworking_dir: /tmp\nenv:\n  - MARKER=inside-the-container\ninit:\n  - echo \"host=$(hostname)\"\n"+
+		"  - '(nc -ll -p 7000 -e /bin/cat &)'\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n")
 	submitted := s.cli.must(ctx, "run", "-y", "-d", dev)
 	t.Cleanup(func() { s.cli.run(context.Background(), "stop", "--abort", "dock") })
 	if link := "cursor://vscode-remote/ssh-remote+dock/tmp"; !strings.Contains(submitted.stderr, link) {
@@ -234,5 +242,29 @@ func TestSSHReachesADockerDevEnvironmentsContainer(t *testing.T) {
 	r = s.cli.ssh(ctx, "ssh", "-tt", "-F", config, "dock", "tty")
 	if r.code != 0 || !strings.Contains(r.stdout, "/dev/pts/") {
 		t.Fatalf("ssh -tt dock tty: exit %d, %q, want a terminal\n%s", r.code, r.stdout, r.stderr)
+	}
+	// The container's own localhost, where an IDE's server listens.
+	checkForwards(t, ctx, s.cli, config, "dock", 7000)
+}
+
+// checkForwards checks SSH port forwarding (direct-tcpip, as ssh -L and
+// IDEs use it) through ssh -W: to port on the job's localhost it reaches
+// the job's echo server; to any other address it is refused.
+func checkForwards(t *testing.T, ctx context.Context, c *cli, config, host string, port int) {
+	t.Helper()
+	var r result
+	testutil.Eventually(t, 30*time.Second, func() error {
+		cmd := exec.CommandContext(ctx, "ssh", "-F", config, "-W", fmt.Sprintf("localhost:%d", port), host)
+		cmd.Dir, cmd.Env = c.home, c.env
+		cmd.Stdin = strings.NewReader("ping through the forward\n")
+		out, err := cmd.Output()
+		if err != nil || string(out) != "ping through the forward\n" {
+			return fmt.Errorf("ssh -W localhost:%d %s: %v, %q", port, host, err, out)
+		}
+		return nil
+	})
+	r = c.ssh(ctx, "ssh", "-F", config, "-o", "LogLevel=INFO", "-W", "192.0.2.1:80", host)
+	if r.code == 0 || !strings.Contains(r.stderr, "prohibited") {
+		t.Fatalf("ssh -W to an address outside the job: exit %d, stderr %q; want it administratively prohibited", r.code, r.stderr)
 	}
 }

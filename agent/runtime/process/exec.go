@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,4 +217,17 @@ func homeOr(env []string, dir string) string {
 		}
 	}
 	return dir
+}
+
+var _ runtime.PortDialer = (*Runtime)(nil)
+
+// DialJob connects to port on the host's loopback: a process job shares
+// the host's network namespace, so that is what the job reaches there.
+func (r *Runtime) DialJob(ctx context.Context, h runtime.Handle, port int) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("job %s: port %d: %w", h.JobID, port, err)
+	}
+	return conn, nil
 }
