@@ -23,7 +23,8 @@ func attachCommand() *cli.Command {
 		Description: "A service is served on localhost:PORT (its port, or --port) by a reverse proxy to the\n" +
 			"server's /proxy/services/PROJECT/RUN/ with your token added. For tasks and dev\n" +
 			"environments each published port of the first job is forwarded over TCP from\n" +
-			"localhost to the host port the agent bound on the job's instance.",
+			"localhost to the host port the agent bound on the job's instance. For a dev environment it\n" +
+			"first sets up `ssh RUN` as `gpud ssh-config RUN` does, and prints its IDE link.",
 		Flags: clientFlags(
 			&cli.IntFlag{Name: "port", Usage: "local port for a service (default: the service's port)"},
 		),
@@ -69,6 +70,20 @@ func runAttach(c *cli.Context) error {
 		return g.wait()
 	}
 
+	if run.Type == api.KindDevEnvironment {
+		// A dev environment is reached over SSH: set up `ssh RUN` first.
+		entry, err := writeSSHConfig(ctx, cl, t, name, true)
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", name, err)
+		}
+		fmt.Fprintf(c.App.Writer, "ssh %s  (Host entry in %s)\n", name, entry)
+		if run.IDELink != "" {
+			fmt.Fprintf(c.App.Writer, "open in your IDE: %s\n", run.IDELink)
+		}
+		if len(run.Jobs) == 0 || len(run.Jobs[0].Ports) == 0 {
+			return nil
+		}
+	}
 	if len(run.Jobs) == 0 || len(run.Jobs[0].Ports) == 0 {
 		return fmt.Errorf("attach %s: the run publishes no ports (add ports: to its configuration)", name)
 	}

@@ -180,8 +180,12 @@ func TestSSHReachesTheDevEnvironmentThroughTheServer(t *testing.T) {
 		}
 		a := newCLI(t)
 		a.must(ctx, "login", "--url", s.url, "--token", alice.Token)
-		a.must(ctx, "ssh-config", "--no-include", "dev")
-		aliceConfig := filepath.Join(a.home, ".gpud", "ssh", "config")
+		// gpud attach sets up ssh for a dev environment, and includes the
+		// entries from ~/.ssh/config.
+		if out := a.must(ctx, "attach", "dev"); !strings.Contains(out.stdout, "vscode://vscode-remote/ssh-remote+dev") {
+			t.Errorf("gpud attach dev does not print the IDE link:\n%s", out.stdout)
+		}
+		aliceConfig := filepath.Join(a.home, ".ssh", "config")
 		// Her own key reaches her project's run.
 		if r := a.ssh(ctx, "ssh", "-F", aliceConfig, "dev", "echo alice-in"); r.code != 0 || r.stdout != "alice-in\n" {
 			t.Fatalf("alice's ssh to her project's run: exit %d, %q\n%s", r.code, r.stdout, r.stderr)
