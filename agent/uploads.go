@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
+	"time"
 
 	"gpud.dev/gpud/internal/untar"
 )
@@ -23,13 +25,47 @@ var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // one file <sha256>.tar.gz each; the runtimes unpack from there.
 func UploadDir(dataDir string) string { return filepath.Join(dataDir, "uploads") }
 
-// HasUpload reports whether the archive sum is on this host.
+// uploadKeep is how long the agent keeps an archive no one asked for:
+// the server asks (HasUpload) right before each start that needs it.
+const uploadKeep = time.Hour
+
+// HasUpload reports whether the archive sum is on this host, and marks it
+// used (the sweep keeps it uploadKeep from now).
 func (a *Agent) HasUpload(sum string) bool {
 	if !sha256Hex.MatchString(sum) {
 		return false
 	}
-	fi, err := os.Stat(filepath.Join(UploadDir(a.cfg.DataDir), sum+".tar.gz"))
-	return err == nil && fi.Mode().IsRegular()
+	p := filepath.Join(UploadDir(a.cfg.DataDir), sum+".tar.gz")
+	fi, err := os.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	now := time.Now()
+	if err := os.Chtimes(p, now, now); err != nil {
+		a.log.Warn().Err(err).Str("sha256", sum).Msg("mark upload used")
+	}
+	return true
+}
+
+// sweepUploads removes archives nobody asked for in the last uploadKeep:
+// jobs unpack theirs at start, and the server pushes one again when a
+// later job needs it.
+func (a *Agent) sweepUploads() {
+	dir := UploadDir(a.cfg.DataDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".tar.gz") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > uploadKeep {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				a.log.Warn().Err(err).Str("upload", e.Name()).Msg("sweep uploads")
+			}
+		}
+	}
 }
 
 // StoreUpload keeps the archive read from r under its SHA-256 sum, after
@@ -68,5 +104,9 @@ func (a *Agent) StoreUpload(sum string, r io.Reader) error {
 	if err := tmp.Sync(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, sum+".tar.gz"))
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, sum+".tar.gz")); err != nil {
+		return err
+	}
+	a.sweepUploads()
+	return nil
 }

@@ -302,3 +302,41 @@ commands:
 		t.Errorf("a job of user 65534 does not own its files or cannot write its working directory")
 	}
 }
+
+// TestUploadsNoRunNamesAreSweptAfterADay: an archive no job names goes a
+// day after its last upload (at the next stored upload); one a run names
+// stays, however old.
+func TestUploadsNoRunNamesAreSweptAfterADay(t *testing.T) {
+	ts := startServer(t, "")
+	cl, err := api.NewClient(ts.URL(), ts.admin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(body string) string {
+		dir := t.TempDir()
+		writeFiles(t, dir, map[string]string{"f.txt": body})
+		sum, err := upload.Send(context.Background(), cl, "main", &api.RunSpec{Repos: []api.Repo{{LocalPath: "."}}}, dir, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	orphan := send("never applied")
+	base := t.TempDir()
+	writeFiles(t, filepath.Join(base, "repo"), map[string]string{"f.txt": "named by a run"})
+	named := ts.uploadRun("type: task\nname: keeper\nrepos: [repo]\ncommands: [cat f.txt]\n", base)
+	ts.logsOf("keeper", "done")
+	old := time.Now().Add(-48 * time.Hour)
+	for _, sum := range []string{orphan, named} {
+		if err := os.Chtimes(ts.uploadPath("main", sum), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := send("a new upload")
+	for sum, want := range map[string]bool{orphan: false, named: true, fresh: true} {
+		_, err := os.Stat(ts.uploadPath("main", sum))
+		if got := err == nil; got != want {
+			t.Errorf("upload %s kept=%v, want %v", sum[:12], got, want)
+		}
+	}
+}

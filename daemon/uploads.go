@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
+	"time"
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/untar"
@@ -70,6 +72,11 @@ func (s *runsAPI) handleUpload(w http.ResponseWriter, r *http.Request) error {
 	}
 	dst := s.uploadPath(project, sum)
 	if fi, err := os.Stat(dst); err == nil {
+		// Uploaded again: it is in use again, so the sweep keeps it.
+		now := time.Now()
+		if err := os.Chtimes(dst, now, now); err != nil {
+			return fmt.Errorf("upload: %w", err)
+		}
 		writeJSON(w, http.StatusOK, api.Upload{SHA256: sum, Size: fi.Size()})
 		return nil
 	}
@@ -109,6 +116,7 @@ func (s *runsAPI) handleUpload(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("upload: %w", err)
 	}
 	s.log.Info().Str("project", project).Str("sha256", sum).Int64("bytes", n).Msg("upload stored")
+	s.sweepUploads(project)
 	writeJSON(w, http.StatusCreated, api.Upload{SHA256: sum, Size: n})
 	return nil
 }
@@ -184,4 +192,44 @@ func jobRepos(spec *api.RunSpec, resolve func(api.Reference) (string, error)) (s
 		sealed = nil
 	}
 	return shown, sealed, nil
+}
+
+// uploadKeep is how long an archive no job names is kept after its last
+// upload: long enough for a plan, an apply and a retry of the client.
+const uploadKeep = 24 * time.Hour
+
+// sweepUploads removes the project's archives that no job record names
+// (a run deleted, or an upload never applied) and that were not uploaded
+// in the last uploadKeep. It runs after each stored upload, so a project's
+// disk use is bounded by what its runs name plus a day of uploads.
+func (s *Server) sweepUploads(project string) {
+	dir := filepath.Dir(s.uploadPath(project, "x"))
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		s.log.Warn().Err(err).Str("project", project).Msg("sweep uploads")
+		return
+	}
+	named := map[string]bool{}
+	for _, j := range s.store.Jobs().ByProject(project) {
+		js, err := jobSpecOf(j)
+		if err != nil {
+			return // a record that does not decode might name any: keep all
+		}
+		named[js.Spec.Upload] = true
+	}
+	for _, e := range entries {
+		sum, ok := strings.CutSuffix(e.Name(), ".tar.gz")
+		if !ok || named[sum] {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || time.Since(fi.ModTime()) < uploadKeep {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			s.log.Warn().Err(err).Str("project", project).Str("sha256", sum).Msg("sweep uploads")
+			continue
+		}
+		s.log.Info().Str("project", project).Str("sha256", sum).Msg("upload removed: no run names it")
+	}
 }

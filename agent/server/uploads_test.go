@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"gpud.dev/gpud/agent"
 	"gpud.dev/gpud/internal/upload"
 )
 
@@ -23,7 +25,8 @@ func sumOf(b []byte) string {
 // The agent keeps an upload only when it hashes to its name and passes
 // the unpacker's rules, and starts no job naming an upload it lacks.
 func TestAgentKeepsOnlyCheckedUploads(t *testing.T) {
-	r := newHost(t, "process").start(t)
+	h := newHost(t, "process")
+	r := h.start(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644); err != nil {
@@ -72,5 +75,24 @@ func TestAgentKeepsOnlyCheckedUploads(t *testing.T) {
 	}
 	if has, err := r.cli.HasUpload(ctx, a.SHA256); err != nil || !has {
 		t.Fatalf("HasUpload after the push: %v %v", has, err)
+	}
+	// An archive nobody asked for in an hour goes at the next push.
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(filepath.Join(agent.UploadDir(h.dataDir), a.SHA256+".tar.gz"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "b.txt"), []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var next bytes.Buffer
+	b, err := upload.Pack(&next, []upload.Source{{Local: dir, Dest: "."}}, upload.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cli.PutUpload(ctx, b.SHA256, b.Size, bytes.NewReader(next.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(agent.UploadDir(h.dataDir), a.SHA256+".tar.gz")); !os.IsNotExist(err) {
+		t.Errorf("the unused archive is still there: %v", err)
 	}
 }
