@@ -57,7 +57,9 @@ func TestSSHReachesTheDevEnvironmentThroughTheServer(t *testing.T) {
 	dev := writeConfig(t, s.cli.home, "dev.yml", "type: dev-environment\nname: dev\nide: vscode\n"+
 		"env:\n  - MARKER=inside-the-job\ninit:\n  - echo \"workdir=$(pwd)\"\n"+
 		fmt.Sprintf("  - '(busybox nc -ll -p %d -e /bin/cat &)'\n", echoPort)+
-		"resources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n")
+		"  - echo \"cgroup=$(tr '\\n' ' ' < /proc/self/cgroup)\"\n"+
+		// A memory limit puts the job in a cgroup of its own.
+		"resources:\n  cpu: 0..\n  memory: 1MB..512MB\n  disk: 1GB..\n")
 	submitted := s.cli.must(ctx, "run", "-y", "-d", dev)
 	// The process runtime's working directory is made by the agent at the
 	// start, so the link opens the host (the shell starts in that directory).
@@ -96,6 +98,13 @@ func TestSSHReachesTheDevEnvironmentThroughTheServer(t *testing.T) {
 		}
 		if r := s.cli.ssh(ctx, "ssh", "-F", config, "dev", "exit 7"); r.code != 7 {
 			t.Fatalf("ssh dev 'exit 7': exit %d, want the command's 7\n%s", r.code, r.stderr)
+		}
+		m := regexp.MustCompile(`cgroup=(.*)`).FindStringSubmatch(s.cli.must(ctx, "logs", "dev").stdout)
+		if m == nil {
+			t.Fatal("the dev environment did not print its cgroups")
+		}
+		if r := s.cli.ssh(ctx, "ssh", "-F", config, "dev", `echo "$(tr '\n' ' ' < /proc/self/cgroup)"`); r.code != 0 || strings.TrimSpace(r.stdout) != strings.TrimSpace(m[1]) {
+			t.Fatalf("a session's cgroups are %q, the job's %q: the job's limits must bind it\n%s", r.stdout, m[1], r.stderr)
 		}
 		if r := s.cli.ssh(ctx, "ssh", "-tt", "-F", config, "dev", "tty"); r.code != 0 || !strings.Contains(r.stdout, "/dev/pts/") {
 			t.Fatalf("ssh -tt dev tty: exit %d, %q, want a terminal\n%s", r.code, r.stdout, r.stderr)

@@ -65,7 +65,25 @@ func (r *Runtime) Exec(ctx context.Context, h runtime.Handle, req runtime.ExecRe
 	if req.Command != "" {
 		args = []string{shell, "-c", req.Command}
 	}
+	// On cgroup v1 a child cannot be started inside a cgroup: it waits at
+	// a gate (reading fd 3) until it was moved into the job's, so nothing
+	// it runs escapes the job's limits.
+	v1, err := v1CgroupProcs(pid)
+	if err != nil {
+		return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
+	}
+	var gate *cgroupGate
+	if len(v1) > 0 {
+		if gate, err = newCgroupGate(v1); err != nil {
+			return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
+		}
+		defer gate.close()
+		args = append([]string{"/bin/sh", "-c", `read _ <&3 || exit 126; exec 3<&-; exec "$0" "$@"`}, args...)
+	}
 	cmd := exec.Command(args[0], args[1:]...)
+	if gate != nil {
+		cmd.ExtraFiles = []*os.File{gate.r}
+	}
 	cmd.Dir = dir
 	cmd.Env = append(env, req.Env...)
 	if req.Term != "" {
@@ -78,6 +96,16 @@ func (r *Runtime) Exec(ctx context.Context, h runtime.Handle, req runtime.ExecRe
 	if uid != uint32(os.Geteuid()) || gid != uint32(os.Getegid()) {
 		attrs.Credential = &syscall.Credential{Uid: uid, Gid: gid}
 	}
+	// The command starts in the job's cgroup, so the job's memory and CPU
+	// limits bind it too (clone3 with CLONE_INTO_CGROUP: no moment outside).
+	cg, err := jobCgroup(pid)
+	if err != nil {
+		return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
+	}
+	if cg != nil {
+		defer cg.Close()
+		attrs.UseCgroupFD, attrs.CgroupFD = true, int(cg.Fd())
+	}
 	if !req.TTY {
 		cmd.SysProcAttr = attrs
 		cmd.Stdout, cmd.Stderr = req.Stdout, req.Stderr
@@ -88,6 +116,11 @@ func (r *Runtime) Exec(ctx context.Context, h runtime.Handle, req runtime.ExecRe
 			return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
 		}
 		if err := cmd.Start(); err != nil {
+			return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
+		}
+		if err := gate.open(cmd.Process.Pid); err != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
 			return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
 		}
 		go func() {
@@ -118,6 +151,11 @@ func (r *Runtime) Exec(ctx context.Context, h runtime.Handle, req runtime.ExecRe
 	err = cmd.Start()
 	tty.Close() // the child holds its own copy
 	if err != nil {
+		return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
+	}
+	if err := gate.open(cmd.Process.Pid); err != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
 		return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
 	}
 	go func() {
@@ -230,4 +268,108 @@ func (r *Runtime) DialJob(ctx context.Context, h runtime.Handle, port int) (net.
 		return nil, fmt.Errorf("job %s: port %d: %w", h.JobID, port, err)
 	}
 	return conn, nil
+}
+
+// jobCgroup opens the cgroup v2 directory process pid runs in, or returns
+// nil when it is the agent's own (nothing to join) or the host has no
+// unified hierarchy (v1: joinV1Cgroups).
+func jobCgroup(pid int) (*os.File, error) {
+	if _, err := os.Stat(filepath.Join(cgroupFS, "cgroup.controllers")); err != nil {
+		return nil, nil
+	}
+	path, err := procCgroups(strconv.Itoa(pid))
+	if err != nil {
+		return nil, err
+	}
+	own, err := procCgroups("self")
+	if err != nil {
+		return nil, err
+	}
+	if path[""] == "" || path[""] == own[""] {
+		return nil, nil
+	}
+	f, err := os.Open(filepath.Join(cgroupFS, path[""]))
+	if err != nil {
+		return nil, fmt.Errorf("the job's cgroup: %w", err)
+	}
+	return f, nil
+}
+
+// v1CgroupProcs lists the cgroup.procs files of the v1 memory and cpu
+// cgroups of the job's process pid that differ from the agent's own (the
+// job's limits); none on a v2 host or for a job without limits.
+func v1CgroupProcs(pid int) ([]string, error) {
+	if _, err := os.Stat(filepath.Join(cgroupFS, "cgroup.controllers")); err == nil {
+		return nil, nil
+	}
+	job, err := procCgroups(strconv.Itoa(pid))
+	if err != nil {
+		return nil, err
+	}
+	own, err := procCgroups("self")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for ctrl, path := range job {
+		if ctrl == "" || path == own[ctrl] || !(strings.Contains(ctrl, "memory") || strings.Contains(ctrl, "cpu")) {
+			continue
+		}
+		out = append(out, filepath.Join(cgroupFS, ctrl, path, "cgroup.procs"))
+	}
+	return out, nil
+}
+
+// cgroupGate holds a started command until it joined the job's v1
+// cgroups. A nil gate lets it run at once.
+type cgroupGate struct {
+	procs []string
+	r, w  *os.File
+}
+
+func newCgroupGate(procs []string) (*cgroupGate, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	return &cgroupGate{procs: procs, r: r, w: w}, nil
+}
+
+// open moves child into the cgroups, then lets it run.
+func (g *cgroupGate) open(child int) error {
+	if g == nil {
+		return nil
+	}
+	g.r.Close() // the child holds its own copy
+	for _, procs := range g.procs {
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(child)), 0); err != nil {
+			return fmt.Errorf("join the job's cgroup %s: %w", filepath.Dir(procs), err)
+		}
+	}
+	if _, err := g.w.Write([]byte("\n")); err != nil {
+		return fmt.Errorf("start the command: %w", err)
+	}
+	return g.w.Close()
+}
+
+func (g *cgroupGate) close() {
+	g.r.Close()
+	g.w.Close()
+}
+
+// procCgroups maps each hierarchy of /proc/<pid>/cgroup (its controllers,
+// "" for v2) to the process's path in it.
+func procCgroups(pid string) (map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 {
+			out[parts[1]] = parts[2]
+		}
+	}
+	return out, nil
 }
