@@ -39,17 +39,17 @@ func (r *Runtime) Exec(ctx context.Context, h runtime.Handle, req runtime.ExecRe
 	if c.PID > 0 {
 		pid = c.PID // the job's own process, not its shim
 	}
-	env, err := procEnviron(pid)
-	if err != nil {
-		return -1, fmt.Errorf("job %s: exec: read its environment: %w", h.JobID, err)
-	}
 	uid, gid, err := procCredential(pid)
 	if err != nil {
 		return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
 	}
+	env, err := procEnviron(pid, uid, gid)
+	if err != nil {
+		return -1, fmt.Errorf("job %s: exec: read its environment: %w", h.JobID, err)
+	}
 	// The directory the job's commands run in (its working_dir), else
 	// its fresh working directory.
-	dir, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+	dir, err := procCwd(pid, uid, gid)
 	if err != nil {
 		m, merr := readMeta(r.jobDir(h.JobID))
 		if merr != nil {
@@ -202,9 +202,15 @@ func winsize(ws runtime.WindowSize) *pty.Winsize {
 	return &pty.Winsize{Rows: ws.Rows, Cols: ws.Cols}
 }
 
-// procEnviron is the environment a process started with.
-func procEnviron(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+// procEnviron is the environment a process started with. Reading another
+// user's takes CAP_SYS_PTRACE, which an agent in a container may lack even
+// as root; then it is read as the job's own user, who may.
+func procEnviron(pid int, uid, gid uint32) ([]string, error) {
+	path := fmt.Sprintf("/proc/%d/environ", pid)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrPermission) {
+		b, err = asUser(uid, gid, "cat", path)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -370,6 +376,35 @@ func procCgroups(pid string) (map[string]string, error) {
 		if len(parts) == 3 {
 			out[parts[1]] = parts[2]
 		}
+	}
+	return out, nil
+}
+
+// procCwd is a process's current directory (read as its user when the
+// agent may not: see procEnviron).
+func procCwd(pid int, uid, gid uint32) (string, error) {
+	path := fmt.Sprintf("/proc/%d/cwd", pid)
+	dir, err := os.Readlink(path)
+	if errors.Is(err, os.ErrPermission) {
+		var b []byte
+		if b, err = asUser(uid, gid, "readlink", path); err == nil {
+			dir = strings.TrimSuffix(string(b), "\n")
+		}
+	}
+	return dir, err
+}
+
+// asUser runs a small command as uid:gid and returns its output.
+func asUser(uid, gid uint32, name string, args ...string) ([]byte, error) {
+	cmd := exec.Command(name, args...)
+	if uid != uint32(os.Geteuid()) || gid != uint32(os.Getegid()) {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s %s as uid %d: %w: %s", name, strings.Join(args, " "), uid, err, strings.TrimSpace(errb.String()))
 	}
 	return out, nil
 }
