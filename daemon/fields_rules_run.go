@@ -63,7 +63,7 @@ var runRules = fieldRules{
 	"dev-environment:init":                {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity"}},
 	"dev-environment:ports":               {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity", "internal/e2e.TestAttachForwardsPortsToLocalhost"}},
 	"dev-environment:inactivity_duration": {Proof: []string{"daemon.TestDevEnvironmentStopsAfterInactivity", "internal/e2e.TestSSHReachesTheDevEnvironmentThroughTheServer"}},
-	"dev-environment:ide":                 {Proof: []string{"internal/e2e.TestSSHReachesTheDevEnvironmentThroughTheServer", "internal/e2e.TestSSHReachesADockerDevEnvironmentsContainer", "daemon.TestSSHReachesADevEnvironmentOnAnSSHFleetHost"}},
+	"dev-environment:ide":                 {Proof: []string{"internal/e2e.TestSSHReachesTheDevEnvironmentThroughTheServer", "internal/e2e.TestSSHReachesADockerDevEnvironmentsContainer", "daemon.TestSSHReachesADevEnvironmentOnAnSSHFleetHost", "daemon.TestSSHReachesADevEnvironmentOnARegisteredHost"}},
 	"dev-environment:version": {All: &refusal{Why: "gpud installs no IDE server into the environment: the IDE installs its own over SSH on the first connection, at the version it needs",
 		Instead: "drop version; open the ide link once `gpud ssh-config RUN` wrote the SSH entry"}},
 }

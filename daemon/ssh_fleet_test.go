@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
 )
 
@@ -48,10 +49,52 @@ func TestSSHReachesADevEnvironmentOnAnSSHFleetHost(t *testing.T) {
 	if h, _ := os.Hostname(); h == host {
 		t.Fatalf("the dev environment runs on the test machine %s, not on the fleet host", host)
 	}
+	out, errs, err := sshThroughServer(t, c.testServer, c.bin, "remote-dev", "echo hello; hostname; echo $MARKER")
+	if want := "hello\n" + host + "\non-the-fleet-host\n"; err != nil || out != want {
+		t.Fatalf("ssh remote-dev: %v, printed %q, want %q\n%s", err, out, want, errs)
+	}
+}
+
+// TestSSHReachesADevEnvironmentOnARegisteredHost: the same through a
+// host that registered with `gpud agent --server` (the relay goes over
+// its registration tunnel, the one connection the host dialed out).
+func TestSSHReachesADevEnvironmentOnARegisteredHost(t *testing.T) {
+	if _, err := exec.LookPath("ssh"); err != nil {
+		t.Fatalf("ssh is needed (apt-get install openssh-client): %v", err)
+	}
+	rs := startRegServer(t, Options{})
+	tok := rs.fleetWithToken(rs.admin, "main", "metal")
+	_, _, agentOut := rs.agent(tok.Token, "", "metalhost", "1xH100:80GB")
+	inst := rs.waitInstances("main", "metal", 1, agentOut)[0]
+	rs.must(http.StatusCreated, rs.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(
+		"type: dev-environment\nname: metal-dev\nenv:\n  - MARKER=on-the-registered-host\n"+
+			"resources:\n  gpu: 1\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n"), nil)
+	testutil.Eventually(t, 60*time.Second, func() error {
+		var run api.Run
+		rs.must(http.StatusOK, rs.admin, "GET", "/api/v1/projects/main/runs/metal-dev", nil, &run)
+		if run.Status != "running" {
+			return testutil.Errorf("run %s (%s)", run.Status, run.Reason)
+		}
+		if run.Jobs[0].Instance != inst.ID {
+			t.Fatalf("the dev environment runs on %s, not on the registered host %s", run.Jobs[0].Instance, inst.ID)
+		}
+		return nil
+	})
+	out, errs, err := sshThroughServer(t, rs.testServer, rs.bin, "metal-dev", "echo hello; echo $MARKER")
+	if want := "hello\non-the-registered-host\n"; err != nil || out != want {
+		t.Fatalf("ssh metal-dev: %v, printed %q, want %q\n%s\nagent:\n%s", err, out, want, errs, agentOut.String())
+	}
+}
+
+// sshThroughServer runs `gpud ssh-config RUN` (the binary bin, as the
+// admin of ts) in a fresh home, then the real `ssh RUN command` with the
+// entry it wrote.
+func sshThroughServer(t *testing.T, ts *testServer, bin, run, command string) (string, string, error) {
+	t.Helper()
 	home := t.TempDir()
-	env := []string{"HOME=" + home, "GPUD_HOME=" + filepath.Join(home, ".gpud"), "GPUD_SERVER=" + c.URL(),
-		"GPUD_TOKEN=" + c.admin, "PATH=" + os.Getenv("PATH")}
-	run := func(name string, args ...string) (string, string, error) {
+	env := []string{"HOME=" + home, "GPUD_HOME=" + filepath.Join(home, ".gpud"), "GPUD_SERVER=" + ts.URL(),
+		"GPUD_TOKEN=" + ts.admin, "PATH=" + os.Getenv("PATH")}
+	exe := func(name string, args ...string) (string, string, error) {
 		cmd := exec.Command(name, args...)
 		cmd.Env, cmd.Dir = env, home
 		var out, errb bytes.Buffer
@@ -59,11 +102,8 @@ func TestSSHReachesADevEnvironmentOnAnSSHFleetHost(t *testing.T) {
 		err := cmd.Run()
 		return out.String(), errb.String(), err
 	}
-	if out, errs, err := run(c.bin, "ssh-config", "--no-include", "remote-dev"); err != nil {
+	if out, errs, err := exe(bin, "ssh-config", "--no-include", run); err != nil {
 		t.Fatalf("gpud ssh-config: %v\n%s%s", err, out, errs)
 	}
-	out, errs, err := run("ssh", "-F", filepath.Join(home, ".gpud", "ssh", "config"), "remote-dev", "echo hello; hostname; echo $MARKER")
-	if want := "hello\n" + host + "\non-the-fleet-host\n"; err != nil || out != want {
-		t.Fatalf("ssh remote-dev: %v, printed %q, want %q\n%s", err, out, want, errs)
-	}
+	return exe("ssh", "-F", filepath.Join(home, ".gpud", "ssh", "config"), run, command)
 }
