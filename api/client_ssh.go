@@ -91,3 +91,12 @@ type upgradedConn struct {
 }
 
 func (c *upgradedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite ends the stream's sending half (TCP and TLS can), so the far
+// end reads EOF while the answer still arrives.
+func (c *upgradedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

@@ -67,14 +67,13 @@ func runSSHProxy(c *cli.Context) error {
 		return fmt.Errorf("ssh %s: %w", name, err)
 	}
 	defer conn.Close()
-	done := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(conn, os.Stdin)
+		_, _ = io.Copy(conn, os.Stdin) // ends when ssh closes our stdin or the stream ends
 		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite() // the SSH client finished; the server sees EOF
 		}
-		done <- err
 	}()
+	// The session ends when the server closes the stream.
 	_, err = io.Copy(os.Stdout, conn)
 	return err
 }

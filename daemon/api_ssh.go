@@ -99,6 +99,10 @@ func (s *runsAPI) handleRunSSH(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("ssh: take over the connection: %w", err)
 	}
 	defer conn.Close()
+	// A hijacked connection is no longer the HTTP server's to close: the
+	// relay ends when the server does.
+	stop := context.AfterFunc(s.ctx, func() { conn.Close(); up.Close() })
+	defer stop()
 	_ = conn.SetDeadline(time.Time{}) // the API server's timeouts must not end the session
 	if _, err := brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.SSHProtocol + "\r\n\r\n"); err == nil {
 		err = brw.Flush()
