@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,7 +13,40 @@ import (
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
+	"gpud.dev/gpud/internal/upload"
 )
+
+// uploadStandIns makes an empty file or directory for each local path the
+// run's repos and files name, packs and uploads them as gpud run does,
+// and returns the archive's SHA-256 ("" when there is nothing to send).
+func uploadStandIns(t *testing.T, ts *testServer, run *api.RunSpec) (string, error) {
+	base := t.TempDir()
+	make := func(p string, dir bool) {
+		full := filepath.Join(base, "work", filepath.FromSlash(p))
+		if !strings.HasPrefix(full, base+string(filepath.Separator)) {
+			return // a path that climbs out stays missing: the packer says so
+		}
+		if dir {
+			_ = os.MkdirAll(full, 0o755)
+			return
+		}
+		_ = os.MkdirAll(filepath.Dir(full), 0o755)
+		_ = os.WriteFile(full, nil, 0o644)
+	}
+	for _, r := range run.Repos {
+		if r.LocalPath != "" {
+			make(r.LocalPath, true)
+		}
+	}
+	for _, f := range run.Files {
+		make(f.LocalPath, strings.HasSuffix(f.LocalPath, "/"))
+	}
+	cl, err := api.NewClient(ts.URL(), ts.admin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return upload.Send(context.Background(), cl, "main", run, filepath.Join(base, "work"), 0, nil)
+}
 
 // secretRef finds the secrets a configuration refers to.
 var secretRef = regexp.MustCompile(`\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`)
@@ -63,6 +97,14 @@ func TestDstackExamplesArePlannedHonestlyOrRefusedByField(t *testing.T) {
 		if cfg.Run() != nil {
 			req := api.ApplyRunRequest{ApplyRequest: api.ApplyRequest{ConfigurationYAML: string(src), Filename: name},
 				Env: api.ClientEnv(cfg, src, func(string) (string, bool) { return "x", true })}
+			// As gpud run does: the local paths repos and files name are
+			// packed and uploaded first (stand-ins here: the corpus holds
+			// the configurations, not their working trees).
+			if req.Upload, err = uploadStandIns(t, ts, cfg.Run()); err != nil {
+				t.Logf("%s: gpud run would refuse it before planning: %v", name, err)
+				refused["(client) repos/files"]++
+				continue
+			}
 			var plan api.RunPlan
 			status, se := ts.call(ts.admin, "POST", "/api/v1/projects/main/runs/plan", req, &plan)
 			switch {
