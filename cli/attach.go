@@ -33,11 +33,7 @@ func attachCommand() *cli.Command {
 }
 
 func runAttach(c *cli.Context) error {
-	name, err := oneArg(c, "run")
-	if err != nil {
-		return err
-	}
-	cl, t, err := connect(c)
+	name, cl, t, err := connectRun(c)
 	if err != nil {
 		return err
 	}

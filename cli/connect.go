@@ -95,3 +95,14 @@ func rootFlagSet(c *cli.Context, name string) bool {
 	}
 	return false
 }
+
+// connectRun reads a command's one RUN argument and connects to the
+// server: the preamble of the commands that act on one run.
+func connectRun(c *cli.Context) (string, *api.Client, clientconf.Target, error) {
+	name, err := oneArg(c, "run")
+	if err != nil {
+		return "", nil, clientconf.Target{}, err
+	}
+	cl, t, err := connect(c)
+	return name, cl, t, err
+}

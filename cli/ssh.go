@@ -54,11 +54,7 @@ func sshProxyCommand() *cli.Command {
 }
 
 func runSSHProxy(c *cli.Context) error {
-	name, err := oneArg(c, "run")
-	if err != nil {
-		return err
-	}
-	cl, t, err := connect(c)
+	name, cl, t, err := connectRun(c)
 	if err != nil {
 		return err
 	}
@@ -79,11 +75,7 @@ func runSSHProxy(c *cli.Context) error {
 }
 
 func runSSHConfig(c *cli.Context) error {
-	name, err := oneArg(c, "run")
-	if err != nil {
-		return err
-	}
-	cl, t, err := connect(c)
+	name, cl, t, err := connectRun(c)
 	if err != nil {
 		return err
 	}
