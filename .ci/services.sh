@@ -1,10 +1,14 @@
 # Sourced by .ci/test: installs from Debian's apt what gpud's tests use as real
-# components (Docker engine, sshd, pebble, busybox for test images) and starts
-# the Docker engine when none answers. Safe to run again.
+# components (Docker engine, sshd and the ssh client, git, python3, pebble,
+# busybox for test images) and starts the Docker engine when none answers,
+# stopping it again when the sourcing shell exits. Safe to run again.
 need=()
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v busybox >/dev/null || [ -x /bin/busybox ] || need+=(busybox-static)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh >/dev/null || need+=(openssh-client)   # ssh, scp, ssh-keygen: the ssh-into-runs tests
+command -v git >/dev/null || need+=(git)              # git http-backend serves the repos-by-URL tests
+command -v python3 >/dev/null || need+=(python3)      # the process runtime's python: "3.X" test
 command -v pebble >/dev/null || need+=(pebble)
 command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
@@ -19,6 +23,9 @@ if ! timeout 10 docker info >/dev/null 2>&1; then
   pidfile=/run/gpud-ci-dockerd.pid
   if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then rm -f "$pidfile"; fi
   nohup dockerd --pidfile "$pidfile" >/tmp/gpud-ci-dockerd.log 2>&1 &
+  ci_dockerd=$!
+  # Stop what this script started, however the tests end.
+  trap 'kill "$ci_dockerd" 2>/dev/null && timeout 30 tail --pid="$ci_dockerd" -f /dev/null; rm -f "$pidfile"' EXIT
   for _ in $(seq 1 60); do
     timeout 5 docker info >/dev/null 2>&1 && break
     sleep 1
