@@ -19,6 +19,13 @@ import (
 // whose local agent picks its runtime itself, as `gpud serve` does.
 func startDockerServer(t testing.TB) *testServer {
 	t.Helper()
+	return startContainerServer(t, Options{})
+}
+
+// startContainerServer is startDockerServer with more options; the
+// busybox image stands in for the default image (no registry here).
+func startContainerServer(t testing.TB, opts Options) *testServer {
+	t.Helper()
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatalf("docker client: %v", err)
@@ -26,11 +33,11 @@ func startDockerServer(t testing.TB) *testServer {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := dockerimage.Build(ctx, cli); err != nil {
+	if err := dockerimage.Build(ctx, cli); err != nil { // shared by every test: never removed
 		t.Fatalf("these tests need a reachable Docker engine and busybox-static (CI's .ci/run starts dockerd): %v", err)
 	}
-	// The busybox image stands in for the default image (no registry here).
-	return startServerWith(t, Options{FakeGPUs: "1xH100:80GB", DefaultImage: dockerimage.Ref})
+	opts.FakeGPUs, opts.DefaultImage = "1xH100:80GB", dockerimage.Ref
+	return startServerWith(t, opts)
 }
 
 // runLogs returns the run's output lines.

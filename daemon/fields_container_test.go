@@ -119,23 +119,6 @@ func buildTestImage(t *testing.T, ref string, files map[string]string) {
 	})
 }
 
-// startContainerServer is startDockerServer with more options.
-func startContainerServer(t *testing.T, opts Options) *testServer {
-	t.Helper()
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatalf("docker client: %v", err)
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := dockerimage.Build(ctx, cli); err != nil { // the default image, shared by every test: never removed
-		t.Fatalf("these tests need a reachable Docker engine and busybox-static: %v", err)
-	}
-	opts.FakeGPUs, opts.DefaultImage = "1xH100:80GB", dockerimage.Ref
-	return startServerWith(t, opts)
-}
-
 // smallResources are resources any test host has; a task's extra YAML
 // that sets resources starts with them.
 const smallResources = "resources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n"

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
 	"gpud.dev/gpud/internal/testutil/dockerimage"
@@ -60,17 +58,8 @@ func TestUserImagelessRunOnServeRunsInTheDefaultImageNotOnTheHost(t *testing.T) 
 	if run.Status != "done" || !slices.Contains(out, "no-state-key") || slices.Contains(out, "READ-THE-STATE-KEY") {
 		t.Fatalf("run %s (%s), output %q; want done without the state key", run.Status, run.Reason, out)
 	}
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ins, err := cli.ContainerInspect(context.Background(), "gpud-"+run.Jobs[0].ID, client.ContainerInspectOptions{})
-	if err != nil {
-		t.Fatalf("the job ran in no container: %v", err)
-	}
-	if ins.Container.Config.Image != dockerimage.Ref {
-		t.Fatalf("container image %s, want the default image %s", ins.Container.Config.Image, dockerimage.Ref)
+	if img := containerImage(t, run); img != dockerimage.Ref {
+		t.Fatalf("container image %s, want the default image %s", img, dockerimage.Ref)
 	}
 }
 
