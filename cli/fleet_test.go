@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/daemon"
 )
@@ -18,18 +16,8 @@ import (
 // against a real server: list shows the local host with its GPUs, token
 // issues a registration token once, revoke revokes it, delete deletes.
 func TestFleetCommandListsHostsAndManagesRegistrationTokens(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	srv, err := daemon.New(ctx, daemon.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", FakeGPUs: "2xH100:80GB",
-		Runtime: "process", RegistrationListen: "127.0.0.1:0", Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Run(ctx)
-	defer srv.Close()
-	t.Setenv("GPUD_HOME", t.TempDir())
-	t.Setenv("GPUD_SERVER", srv.URL())
-	t.Setenv("GPUD_TOKEN", srv.AdminToken())
+	ctx := context.Background()
+	srv := serveForCLI(t, daemon.Options{FakeGPUs: "2xH100:80GB", Runtime: "process", RegistrationListen: "127.0.0.1:0"})
 	cl, err := api.NewClient(srv.URL(), srv.AdminToken(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,15 +1,9 @@
 package cli
 
 import (
-	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/rs/zerolog"
-
-	"gpud.dev/gpud/daemon"
 )
 
 // TestLogsAttemptPrintsThatAttemptsOutput: a task retried once on error
@@ -18,19 +12,7 @@ import (
 // line, `--attempt 1` the first's, and an attempt the run never had is an
 // error naming those it has.
 func TestLogsAttemptPrintsThatAttemptsOutput(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	t.Setenv(envShimHelper, "1")
-	srv, err := daemon.New(ctx, daemon.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", FakeGPUs: "1xH100:80GB",
-		Runtime: "process", Logger: zerolog.Nop(), ShimCommand: []string{os.Args[0], "-test.run=^TestProcessShimHelper$"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Run(ctx)
-	defer srv.Close()
-	t.Setenv("GPUD_HOME", t.TempDir())
-	t.Setenv("GPUD_SERVER", srv.URL())
-	t.Setenv("GPUD_TOKEN", srv.AdminToken())
+	serveProcessJobsForCLI(t)
 
 	task := filepath.Join(t.TempDir(), "retried.yml")
 	writeTestFile(t, task, `type: task

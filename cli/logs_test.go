@@ -36,19 +36,7 @@ func TestProcessShimHelper(t *testing.T) {
 // exactly those bytes to stdout, where they used to miss 13 lines and the
 // long line.
 func TestLogsCommandPrintsEveryLineWhole(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	t.Setenv(envShimHelper, "1")
-	srv, err := daemon.New(ctx, daemon.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", FakeGPUs: "1xH100:80GB",
-		Runtime: "process", Logger: zerolog.Nop(), ShimCommand: []string{os.Args[0], "-test.run=^TestProcessShimHelper$"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Run(ctx)
-	defer srv.Close()
-	t.Setenv("GPUD_HOME", t.TempDir())
-	t.Setenv("GPUD_SERVER", srv.URL())
-	t.Setenv("GPUD_TOKEN", srv.AdminToken())
+	serveProcessJobsForCLI(t)
 
 	var want strings.Builder
 	for i := range 20000 {
@@ -87,4 +75,36 @@ resources:
 	if code != 0 || bytes.Count([]byte(stdout), []byte("\n")) != 20002 {
 		t.Fatalf("gpud logs --json: exit %d, %d entries, want 20,002", code, bytes.Count([]byte(stdout), []byte("\n")))
 	}
+}
+
+// serveForCLI starts a real server for a CLI test (a fresh data dir,
+// loopback, no logs) and points the commands at it through GPUD_HOME,
+// GPUD_SERVER and GPUD_TOKEN; it stops when the test ends.
+func serveForCLI(t *testing.T, opts daemon.Options) *daemon.Server {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	opts.DataDir, opts.Listen, opts.Logger = t.TempDir(), "127.0.0.1:0", zerolog.Nop()
+	srv, err := daemon.New(ctx, opts)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	go srv.Run(ctx)
+	t.Cleanup(func() {
+		cancel()
+		srv.Close()
+	})
+	t.Setenv("GPUD_HOME", t.TempDir())
+	t.Setenv("GPUD_SERVER", srv.URL())
+	t.Setenv("GPUD_TOKEN", srv.AdminToken())
+	return srv
+}
+
+// serveProcessJobsForCLI is serveForCLI with a 1xH100 host whose process
+// jobs run through this test binary's shim (TestProcessShimHelper).
+func serveProcessJobsForCLI(t *testing.T) *daemon.Server {
+	t.Helper()
+	t.Setenv(envShimHelper, "1")
+	return serveForCLI(t, daemon.Options{FakeGPUs: "1xH100:80GB", Runtime: "process",
+		ShimCommand: []string{os.Args[0], "-test.run=^TestProcessShimHelper$"}})
 }
