@@ -17,22 +17,9 @@ import (
 	"time"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
 	"gpud.dev/gpud/internal/upload"
 )
-
-// writeFiles writes name -> content under root.
-func writeFiles(t *testing.T, root string, files map[string]string) {
-	t.Helper()
-	for name, body := range files {
-		p := filepath.Join(root, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // uploadRun does what gpud run does for a configuration with repos or
 // files: it packs and uploads them, then applies the run naming the
@@ -65,7 +52,7 @@ func (ts *testServer) uploadRun(yaml, baseDir string) string {
 func TestFilesAndReposArriveInTheJobsWorkingDir(t *testing.T) {
 	ts := startServer(t, "")
 	base := t.TempDir()
-	writeFiles(t, filepath.Join(base, "repo"), map[string]string{
+	testutil.WriteFiles(t, filepath.Join(base, "repo"), map[string]string{
 		".gitignore":            "*.log\nsecrets/\n",
 		".gpudignore":           "big/\n",
 		"train.py":              "print('training')\n",
@@ -78,7 +65,7 @@ func TestFilesAndReposArriveInTheJobsWorkingDir(t *testing.T) {
 		"nested/local-only.txt": "ignored below nested",
 		"nested/kept.txt":       "kept",
 	})
-	writeFiles(t, base, map[string]string{"settings.json": `{"lr": 0.1}`})
+	testutil.WriteFiles(t, base, map[string]string{"settings.json": `{"lr": 0.1}`})
 	yaml := `type: task
 name: tree
 repos:
@@ -232,7 +219,7 @@ func TestUploadArchivesThatEscapeAreRefused(t *testing.T) {
 	// without an upload; nor a path outside the working directory.
 	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects", api.CreateProjectRequest{Name: "other"}, nil)
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string]string{"a.txt": "a"})
+	testutil.WriteFiles(t, dir, map[string]string{"a.txt": "a"})
 	sum, err := upload.Send(context.Background(), cl, "other", &api.RunSpec{Repos: []api.Repo{{LocalPath: "."}}}, dir, 0, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -255,13 +242,13 @@ func TestUploadArchivesThatEscapeAreRefused(t *testing.T) {
 func TestFilesAndReposArriveInADockerJobsWorkingDir(t *testing.T) {
 	ts := startContainerServer(t, Options{})
 	base := t.TempDir()
-	writeFiles(t, filepath.Join(base, "repo"), map[string]string{
+	testutil.WriteFiles(t, filepath.Join(base, "repo"), map[string]string{
 		".gitignore":   "*.log\n",
 		"train.py":     "print('training')\n",
 		"pkg/model.py": "MODEL = 'tiny'\n",
 		"debug.log":    "ignored",
 	})
-	writeFiles(t, base, map[string]string{"settings.json": `{"lr": 0.1}`})
+	testutil.WriteFiles(t, base, map[string]string{"settings.json": `{"lr": 0.1}`})
 	yaml := `type: task
 name: dtree
 repos:
@@ -314,7 +301,7 @@ func TestUploadsNoRunNamesAreSweptAfterADay(t *testing.T) {
 	}
 	send := func(body string) string {
 		dir := t.TempDir()
-		writeFiles(t, dir, map[string]string{"f.txt": body})
+		testutil.WriteFiles(t, dir, map[string]string{"f.txt": body})
 		sum, err := upload.Send(context.Background(), cl, "main", &api.RunSpec{Repos: []api.Repo{{LocalPath: "."}}}, dir, 0, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -323,7 +310,7 @@ func TestUploadsNoRunNamesAreSweptAfterADay(t *testing.T) {
 	}
 	orphan := send("never applied")
 	base := t.TempDir()
-	writeFiles(t, filepath.Join(base, "repo"), map[string]string{"f.txt": "named by a run"})
+	testutil.WriteFiles(t, filepath.Join(base, "repo"), map[string]string{"f.txt": "named by a run"})
 	named := ts.uploadRun("type: task\nname: keeper\nrepos: [repo]\ncommands: [cat f.txt]\n", base)
 	ts.logsOf("keeper", "done")
 	old := time.Now().Add(-48 * time.Hour)

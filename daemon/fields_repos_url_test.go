@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
 )
 
 // gitServer serves a bare repository over smart HTTP (git http-backend)
@@ -39,14 +40,14 @@ func gitServer(t *testing.T, auth string) (repoURL, firstCommit string) {
 	}
 	git(work, "init", "--quiet", "-b", "main", "src")
 	src := filepath.Join(work, "src")
-	writeFiles(t, src, map[string]string{"README": "first\n"})
+	testutil.WriteFiles(t, src, map[string]string{"README": "first\n"})
 	git(src, "add", ".")
 	git(src, "commit", "--quiet", "-m", "first")
 	first := git(src, "rev-parse", "HEAD")
-	writeFiles(t, src, map[string]string{"README": "second\n"})
+	testutil.WriteFiles(t, src, map[string]string{"README": "second\n"})
 	git(src, "commit", "--quiet", "-am", "second")
 	git(src, "checkout", "--quiet", "-b", "feature")
-	writeFiles(t, src, map[string]string{"FEATURE": "on the branch\n"})
+	testutil.WriteFiles(t, src, map[string]string{"FEATURE": "on the branch\n"})
 	git(src, "add", ".")
 	git(src, "commit", "--quiet", "-m", "feature")
 	git(work, "clone", "--quiet", "--bare", src, filepath.Join(root, "app.git"))

@@ -10,21 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"gpud.dev/gpud/internal/testutil"
 	"gpud.dev/gpud/internal/untar"
 )
-
-func writeTree(t *testing.T, root string, files map[string]string) {
-	t.Helper()
-	for name, body := range files {
-		p := filepath.Join(root, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func listTree(t *testing.T, root string) []string {
 	t.Helper()
@@ -46,7 +34,7 @@ func listTree(t *testing.T, root string) []string {
 
 func TestPackHonoursIgnoreFilesAndLaysOutDestinations(t *testing.T) {
 	repo, other := t.TempDir(), t.TempDir()
-	writeTree(t, repo, map[string]string{
+	testutil.WriteFiles(t, repo, map[string]string{
 		".gitignore":           "*.log\n/build/\n!keep.log\nsecret*\n",
 		".gpudignore":          "data/**/*.bin\n",
 		".dstackignore":        "notes.md\n",
@@ -64,7 +52,7 @@ func TestPackHonoursIgnoreFilesAndLaysOutDestinations(t *testing.T) {
 		"notes.md":             "n",
 		".git/config":          "[core]",
 	})
-	writeTree(t, other, map[string]string{"config.json": "{}"})
+	testutil.WriteFiles(t, other, map[string]string{"config.json": "{}"})
 	var buf bytes.Buffer
 	a, err := Pack(&buf, []Source{{Local: repo, Dest: "."}, {Local: filepath.Join(other, "config.json"), Dest: "conf/app.json"}}, Options{})
 	if err != nil {
@@ -106,7 +94,7 @@ func TestPackRefusesPastTheLimitAndDestinationsOutside(t *testing.T) {
 
 func TestPackLeavesOutLinksPointingOutside(t *testing.T) {
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"a.txt": "a"})
+	testutil.WriteFiles(t, dir, map[string]string{"a.txt": "a"})
 	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "out")); err != nil {
 		t.Fatal(err)
 	}
