@@ -328,7 +328,7 @@ func checkKindFields(cfg *api.Config) api.ErrorList {
 // processes rather than containers of dstack's default image: in the
 // embedded laptop mode, or where every host runs the process runtime.
 func processNote(fc *fieldCheck) string {
-	if fc.run.Image != "" && fc.image {
+	if fc.run.Image != "" {
 		return ""
 	}
 	processes := !fc.image
