@@ -12,12 +12,15 @@ import (
 	"strings"
 )
 
-// Forwarder sends a request to one ready replica of svc and writes the
-// replica's answer to w, flushing as bytes arrive (SSE is never
-// buffered). It sends r's path and query as they are, and checks no
-// credentials: whoever calls it has authorized r. The Gateway satisfies
-// it; the model routes use it so that a request routed by model name is
-// balanced, retried, counted and scaled from zero like any other.
+// Forwarder serves r for svc as the gateway serves a request that svc's
+// host routed to it: the service's rate limits and auth, a ready replica
+// (waiting for the first one of a service scaled to zero), then the
+// forward of r's path and query as they are, flushing as bytes arrive
+// (SSE is never buffered). It removes the server's credentials (the
+// caller's gpud token) before the replica sees the request. The Gateway
+// satisfies it; the model routes use it so that a request routed by model
+// name is limited, balanced, retried, counted and scaled from zero like
+// any other.
 type Forwarder interface {
 	Forward(w http.ResponseWriter, r *http.Request, svc *Service)
 }
@@ -38,8 +41,8 @@ const MaxModelRequestBytes = 32 << 20
 // against the service it reaches, or against each listed one), also for
 // a service with auth: false, as dstack's model endpoint does: the
 // endpoint is the project's, and a service opened to everyone is open at
-// its own address. The caller's Authorization header never reaches the
-// replica.
+// its own address. The caller's gpud token never reaches the replica
+// (the Forwarder removes it).
 type Models struct {
 	resolver Resolver
 	forward  Forwarder
@@ -191,9 +194,8 @@ func (m *Models) route(w http.ResponseWriter, r *http.Request, project, replicaP
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
 	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	// The caller's token is the project's; it is no business of the
-	// model server.
-	out.Header.Del("Authorization")
+	// The caller's token stays on: the Forwarder checks it against the
+	// service again and removes it before the replica sees the request.
 	out.URL.Path = modelPrefix(svc.Model.Prefix) + replicaPath
 	out.URL.RawPath = ""
 	m.forward.Forward(w, out, svc)

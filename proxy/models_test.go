@@ -51,11 +51,13 @@ func (f *modelsResolver) WaitReplica(ctx context.Context, svc *Service) (*Servic
 	return nil, errors.New("no scale from zero here")
 }
 
-// directForwarder forwards to the first replica's Addr, flushing at once:
-// the smallest Forwarder, standing in for the Gateway.
+// directForwarder forwards to the first replica's Addr, flushing at once,
+// without the caller's token: the smallest Forwarder, standing in for the
+// Gateway.
 type directForwarder struct{}
 
 func (directForwarder) Forward(w http.ResponseWriter, r *http.Request, svc *Service) {
+	r.Header.Del("Authorization")
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&url.URL{Scheme: "http", Host: svc.Replicas[0].Addr})
