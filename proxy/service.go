@@ -32,6 +32,9 @@ type Service struct {
 	// MinReplicas is 0 for a service that scales to zero: with no
 	// replica, a request waits (Resolver.WaitReplica) instead of failing.
 	MinReplicas int
+	// Status is the run's status (running, provisioning, ...), for the
+	// 503 a request gets when the service has no ready replica.
+	Status string
 }
 
 // Key names a service within the server.
