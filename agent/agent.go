@@ -153,6 +153,9 @@ func (a *Agent) Start(ctx context.Context, spec api.JobSpec) (api.JobStatus, err
 		started, err = a.cfg.Volumes.Prepare(started, a.log)
 	}
 	if err == nil {
+		started, err = a.prepareManaged(started)
+	}
+	if err == nil {
 		h, err = a.rt.Start(ctx, started, func() { a.log.Info().Str("job", spec.ID).Str("image", spec.Image).Msg("pulling image") })
 	}
 	if err != nil {

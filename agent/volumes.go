@@ -141,6 +141,10 @@ func (p VolumePolicy) Prepare(spec api.JobSpec, log zerolog.Logger) (api.JobSpec
 	}
 	out := make([]api.JobVolume, 0, len(spec.Volumes))
 	for _, v := range spec.Volumes {
+		if v.Managed != nil {
+			out = append(out, v) // the agent's own directory (prepareManaged), not the admin's paths
+			continue
+		}
 		real, err := p.materialize(v.HostPath)
 		switch {
 		case err == nil:

@@ -116,6 +116,10 @@ type JobVolume struct {
 	// Optional skips the volume (the job runs without it) where this host
 	// cannot mount it, instead of failing the job.
 	Optional bool `json:"optional,omitempty"`
+	// Managed, when set, is a gpud-managed volume: the agent ignores
+	// HostPath and mounts the directory it keeps for that volume under its
+	// own data dir (made on first use), derived from the ids it validates.
+	Managed *ManagedVolumeRef `json:"managed,omitempty"`
 }
 
 // JobCluster is the job's place in a multi-node gang; the agent turns it

@@ -84,6 +84,7 @@ func commands() []*cli.Command {
 		sshConfigCommand(),
 		sshProxyCommand(),
 		queueCommand(),
+		volumeCommand(),
 		offerCommand(),
 		secretCommand(),
 		eventsCommand(),

@@ -91,6 +91,12 @@ func runApply(c *cli.Context) error {
 				return serverError("apply "+f.path, err, c.App.ErrWriter)
 			}
 			res, line = q, fmt.Sprintf("queue %s: applied (quota gpu/cpu/memory %s)", q.Name, amounts(q.Quota))
+		case api.KindVolume:
+			v, err := cl.ApplyVolume(c.Context, t.Project, req)
+			if err != nil {
+				return serverError("apply "+f.path, err, c.App.ErrWriter)
+			}
+			res, line = v, fmt.Sprintf("volume %s: %s (backend %s)", v.Name, v.Status, v.Backend)
 		default:
 			raw, err := cl.ApplyConfig(c.Context, t.Project, f.cfg.Kind, req)
 			if api.IsStatus(err, http.StatusNotFound) || api.IsStatus(err, http.StatusMethodNotAllowed) {

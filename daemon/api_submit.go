@@ -211,7 +211,7 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 		if n.group != "" {
 			js.Labels["dev.gpud.group"] = n.group
 		}
-		if js.Volumes, err = jobVolumes(spec.Volumes, n, replicaNodes); err != nil {
+		if js.Volumes, err = s.jobVolumes(project, spec.Volumes, n, replicaNodes); err != nil {
 			return nil, err
 		}
 		jst := jobRecordSpec{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: replicaNodes, Group: n.group, Request: requestOf(n.res), Spec: js, SubmittedAt: now, NotBefore: notBefore}

@@ -46,8 +46,7 @@ var otherKindRules = fieldRules{
 	"queue:preempt_min_runtime": {Proof: []string{"daemon.TestFairShareSettingsReachTheSchedulerSnapshot", "sched/scenario.TestScenarios"}},
 	"queue:reclaim_min_runtime": {Proof: []string{"daemon.TestFairShareSettingsReachTheSchedulerSnapshot", "sched/scenario.TestScenarios"}},
 
-	"volume:": {All: &refusal{Why: "volumes are not managed yet (they come with dev environments and files)",
-		Instead: "mount nothing for now; keep data in the image or fetch it in commands"}},
+	// volume: fields are in managedVolumeRules (volumes_managed_fields.go).
 	"gateway:": {All: &refusal{Why: "gateways are not managed yet: services are served by the server's own proxy",
 		Instead: "drop the gateway; services are reachable at /proxy/services/PROJECT/RUN/ on the server"}},
 }

@@ -19,8 +19,8 @@ var runRules = fieldRules{
 	"volumes.instance_path": {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeAttacksAreRefusedWithTheField", "daemon.TestRegisteredHostMountsOnlyUnderItsAllowVolumePrefix"}, Check: checkVolumeHostPath},
 	"volumes.path":          {Proof: []string{"daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath", "daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost"}, Check: checkVolumePath},
 	"volumes.optional":      {Proof: []string{"daemon.TestOptionalInstanceVolumeIsSkippedWhereTheHostDoesNotAllowIt"}, Note: noteOptionalVolumes},
-	"volumes.name": {All: &refusal{Why: "network volumes need a backend's volume API, which gpud has not yet",
-		Instead: "mount a host directory instead (- /data/cache:/cache, under a directory the host's admin allows), or keep data in object storage"}},
+	// Managed volumes (`type: volume` on a gpud host backend); daemon/volumes_managed*.go.
+	"volumes.name": {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker", "daemon.TestManagedVolumeAttacksAreRefused"}, Check: checkManagedVolumeName, Note: noteManagedVolumes},
 	// repos and files: the client packs them (internal/upload), the server
 	// keeps the archive and pushes it to the job's agent, which unpacks it
 	// into the job's working directory (daemon/uploads.go).

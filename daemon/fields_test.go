@@ -125,7 +125,6 @@ func refusalsOf(r fieldRule) []refusal {
 // configuration that is otherwise honoured, to prove the refusal reaches
 // the plan with the field's path and line.
 var refusedSamples = map[string]string{
-	"volumes.name":                     "type: task\ncommands: [true]\nvolumes:\n  - name: my-vol\n    path: /data\n",
 	"repos.if_exists":                  "type: task\ncommands: [true]\nrepos:\n  - local_path: .\n    if_exists: skip\n",
 	"dev-environment:entrypoint":       "type: dev-environment\nentrypoint: /bin/sh\n",
 	"resources.gpu.memory_share":       "type: task\ncommands: [true]\nresources:\n  gpu:\n    memory_share: 10GB\n",
@@ -181,6 +180,13 @@ var refusedSamples = map[string]string{
 	"fleet:retry":                   "type: fleet\nname: f\nnodes: 0..2\nretry: true\n",
 	"fleet:tags":                    "type: fleet\nname: f\nnodes: 0..2\ntags: {a: b}\n",
 	"fleet:env":                     "type: fleet\nname: f\nnodes: 0..2\nenv: [A=1]\n",
+	"volume:region":                 "type: volume\nname: v\nbackend: local\nregion: eu-west-1\n",
+	"volume:availability_zone":      "type: volume\nname: v\nbackend: local\navailability_zone: eu-west-1a\n",
+	"volume:volume_id":              "type: volume\nname: v\nbackend: local\nvolume_id: vol-123\n",
+	"volume:claim_name":             "type: volume\nname: v\nbackend: local\nclaim_name: pvc\n",
+	"volume:storage_class_name":     "type: volume\nname: v\nbackend: local\nstorage_class_name: fast\n",
+	"volume:access_modes":           "type: volume\nname: v\nbackend: local\naccess_modes: [ReadWriteOnce]\n",
+	"volume:tags":                   "type: volume\nname: v\nbackend: local\ntags: {a: b}\n",
 }
 
 // TestRefusedFieldsAreRefusedByNameAtPlanTime plans, for every field
@@ -208,6 +214,9 @@ func TestRefusedFieldsAreRefusedByNameAtPlanTime(t *testing.T) {
 		endpoint, body := "/api/v1/projects/main/runs/plan", any(api.ApplyRunRequest{ApplyRequest: api.ApplyRequest{ConfigurationYAML: sample, Filename: "sample.yml"}})
 		if kind == "fleet" {
 			endpoint, body = "/api/v1/projects/main/fleets/apply", api.ApplyRequest{ConfigurationYAML: sample, Filename: "sample.yml"}
+		}
+		if kind == "volume" {
+			endpoint, body = "/api/v1/projects/main/volumes/apply", api.ApplyRequest{ConfigurationYAML: sample, Filename: "sample.yml"}
 		}
 		status, se := ts.call(ts.admin, "POST", endpoint, body, nil)
 		if status != 422 || se.Code != api.CodeNotHonoured {

@@ -135,7 +135,7 @@ func TestInstanceVolumeAttacksAreRefusedWithTheField(t *testing.T) {
 		{"/etc:/x", "volumes[0].instance_path", []string{"no host this run may use lets jobs mount /etc", root, "--allow-volume-prefix"}},
 		{"~/data:/x", "volumes[0].instance_path", []string{"absolute host path"}},
 		{root + "/${{ env.WHERE }}:/x", "volumes[0].instance_path", []string{"dstack.node_rank"}},
-		{"my-volume:/data", "volumes[0].name", []string{"network volumes", "host directory"}},
+		{"my-volume:/data", "volumes[0].name", []string{`volume "my-volume" does not exist in project "main"`, "gpud apply"}},
 	} {
 		yaml := "type: task\ncommands: [true]\nvolumes:\n  - " + c.volume + "\n"
 		status, se := ts.call(mallory, "POST", "/api/v1/projects/main/runs/apply", yamlApply(yaml), nil)

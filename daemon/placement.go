@@ -91,6 +91,12 @@ type hostNeeds struct {
 	// a container can (Image says whether the job has one).
 	Volumes string `json:"volumes,omitempty"`
 	Remap   bool   `json:"remap,omitempty"`
+	// Hosts and Backends (one a line) keep a job on the host its managed
+	// volume VolumeName lives on, or, before it lives anywhere, on hosts
+	// of its backend; set per cycle (volumeHostNeeds), never stored.
+	Hosts      string `json:"-"`
+	Backends   string `json:"-"`
+	VolumeName string `json:"-"`
 }
 
 // needsOf reads a job's host needs from its resources. The disk is
@@ -337,6 +343,9 @@ func describe(p runPlacement, needs []hostNeeds) string {
 		if n.Remap {
 			parts = append(parts, "Docker, to mount a volume elsewhere than its host path")
 		}
+		if d := describeVolume(n); d != "" {
+			parts = append(parts, d)
+		}
 	}
 	return strings.Join(parts, " and ")
 }
@@ -423,7 +432,7 @@ func (pl *placer) selector(project string, p runPlacement, needs []hostNeeds) (s
 		if !pl.ok[i] || !placementMatches(h, project, p, &pl.nums) {
 			continue
 		}
-		if !slices.ContainsFunc(own, func(n hostNeeds) bool { return !needsMatch(h.info, n) }) {
+		if !slices.ContainsFunc(own, func(n hostNeeds) bool { return !needsMatch(h.info, n) || !hostsMatch(h, n) }) {
 			pl.nodes[i].Labels[label] = "yes"
 		}
 	}

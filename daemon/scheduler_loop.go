@@ -73,9 +73,10 @@ func (s *scheduler) cycle(ctx context.Context) error {
 	plan := sched.Schedule(snap)
 	var muts []store.Mutation
 	var binds []string
+	muts, held := s.bindVolumes(placedVolumes(plan.Placements, idx), now)
 	for _, p := range plan.Placements {
-		if p.Pipelined {
-			continue // binds once the capacity is freed, in a later cycle
+		if p.Pipelined || held[p.Job] {
+			continue // binds once the capacity is freed (or its volume's host is known), in a later cycle
 		}
 		recs := idx.jobs[p.Job]
 		if p.Task >= len(recs) {
@@ -249,7 +250,7 @@ runs:
 			sj := sched.Job{Name: name, Queue: run.Queue, Priority: rs.Priority, Preemptible: rs.Preemptible, MinMembers: min(max(rs.MinNodes, 1), len(g)),
 				Nodes: projectNodes(run.Project)}
 			sj.Nodes.And = rs.Targets.selector()
-			if sel, ok := pl.selector(run.Project, rs.Place, groupNeeds(specs, g)); ok {
+			if sel, ok := pl.selector(run.Project, rs.Place, s.volumeHostNeeds(groupNeeds(specs, g), specs, g)); ok {
 				sj.Nodes.And = append(sj.Nodes.And, sel)
 			}
 			sj.Topology = gangTopology(rs.Type, len(g))

@@ -237,7 +237,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.reconciler.adoptJobs(ctx)
 	s.hosts.resumeSSHFleets()
-	for _, loop := range []func(context.Context){s.reconciler.feedLoop, s.scheduler.schedulerLoop, s.scheduler.usageLoop} {
+	for _, loop := range []func(context.Context){s.reconciler.feedLoop, s.scheduler.schedulerLoop, s.scheduler.usageLoop, s.volumeCleanupLoop} {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

@@ -40,14 +40,20 @@ func volumeResolver(n nodeLayout, nodes int) func(api.Reference) (string, error)
 	}
 }
 
-// jobVolumes is one job's instance volumes with its node's values
-// interpolated; network volumes are the plan's to refuse.
-func jobVolumes(vols []api.VolumeMount, n nodeLayout, nodes int) ([]api.JobVolume, error) {
+// jobVolumes is one job's volumes with its node's values interpolated:
+// instance volumes, and the project's managed volumes that `name:`
+// entries resolve to (volumes_managed.go).
+func (s *Server) jobVolumes(project string, vols []api.VolumeMount, n nodeLayout, nodes int) ([]api.JobVolume, error) {
 	var out []api.JobVolume
 	resolve := volumeResolver(n, nodes)
 	for i, v := range vols {
 		if v.InstancePath == "" {
-			return nil, badField(fmt.Sprintf("configuration.volumes[%d].name", i), "network volumes are not mounted by gpud; mount a host path with instance_path")
+			mv, err := s.managedVolume(project, i, v, n, nodes)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, mv)
+			continue
 		}
 		host, err1 := api.Interpolate(v.InstancePath, resolve)
 		path, err2 := api.Interpolate(v.Path, resolve)
@@ -65,6 +71,12 @@ func jobVolumes(vols []api.VolumeMount, n nodeLayout, nodes int) ([]api.JobVolum
 func volumeNeeds(n *hostNeeds, vols []api.JobVolume, image bool) {
 	var paths []string
 	for _, v := range vols {
+		if v.Managed != nil {
+			// The agent's own directory, mounted at the path: only a
+			// container can; its host is the volume's (volumeHostNeeds).
+			n.Remap, n.Image = true, image
+			continue
+		}
 		if filepath.Clean(v.HostPath) != filepath.Clean(v.Path) {
 			n.Remap, n.Image = true, image
 		}
@@ -197,6 +209,13 @@ func checkVolumePath(fc *fieldCheck, path string) *refusal {
 	if filepath.Clean(v.Path) == "/" {
 		return &refusal{Why: "a volume cannot replace the job's root directory", Instead: "mount it at a directory like /data"}
 	}
+	if v.Name != "" {
+		if fc.anyHost(func(_ candidateHost, rt fieldTarget) bool { return rt == targetDocker }) {
+			return nil
+		}
+		return &refusal{Why: "a gpud volume lives in a directory its host's agent keeps, which only Docker can mount at " + v.Path + "; every host this run may use runs its jobs as processes",
+			Instead: "give the run an image (image: ...) on a host with Docker, or mount a host directory at its own path as an instance volume (- /data/x:/data/x)"}
+	}
 	if v.InstancePath == "" || filepath.Clean(v.InstancePath) == filepath.Clean(v.Path) {
 		return nil
 	}
@@ -235,7 +254,7 @@ func (s *Server) volumesFor(instance string, vols []api.JobVolume) []api.JobVolu
 	}
 	out := make([]api.JobVolume, 0, len(vols))
 	for _, v := range vols {
-		if v.Optional && agent.CheckVolumePath(v.HostPath, st.Host.VolumePrefixes, st.Host.VolumeDenied) != nil {
+		if v.Managed == nil && v.Optional && agent.CheckVolumePath(v.HostPath, st.Host.VolumePrefixes, st.Host.VolumeDenied) != nil {
 			continue
 		}
 		out = append(out, v)

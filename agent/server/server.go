@@ -56,6 +56,8 @@ func New(a *agent.Agent, token string, log zerolog.Logger) (http.Handler, error)
 	mux.HandleFunc("HEAD /api/v1/uploads/{sha256}", s.hasUpload)
 	mux.HandleFunc("PUT /api/v1/uploads/{sha256}", s.putUpload)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/ssh", s.ssh)
+	mux.HandleFunc("GET /api/v1/volumes/{project}/{id}", s.volumeUsage)
+	mux.HandleFunc("DELETE /api/v1/volumes/{project}/{id}", s.removeVolume)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.NewRegistry(a), promhttp.HandlerOpts{}))
 	return authenticate(token, mux), nil
 }

@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The plan's checks and notes of managed volumes: a `type: volume`'s
+// backend, and a run's `volumes: - name:` entries.
+
+// checkVolumeBackend refuses a volume backend gpud has no hosts of.
+func checkVolumeBackend(fc *fieldCheck, _ string) *refusal {
+	b := fc.cfg.Volume.Backend
+	if volumeBackend(b) != "" {
+		return nil
+	}
+	why := "no " + b + " backend on this server: gpud keeps volumes on its own hosts"
+	if strings.EqualFold(b, "kubernetes") {
+		why += " (Kubernetes volumes come with the Kubernetes backend)"
+	}
+	return &refusal{Why: why, Instead: "write backend: local (the server's host), ssh (an SSH fleet's hosts) or registered (hosts registered with gpud agent)"}
+}
+
+// volumeRefusal refuses a host volume field by name.
+func volumeRefusal(why, instead string) fieldRule {
+	return fieldRule{All: &refusal{Why: why, Instead: instead}}
+}
+
+// managedVolumeRules are the fields of `type: volume`.
+var managedVolumeRules = fieldRules{
+	"volume:type":                  {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker"}},
+	"volume:name":                  {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker"}},
+	"volume:backend":               {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker"}, Check: checkVolumeBackend},
+	"volume:size":                  {Proof: []string{"daemon.TestManagedVolumeSizeKeepsItOffHostsWithLessFreeDisk"}},
+	"volume:auto_cleanup_duration": {Proof: []string{"daemon.TestManagedVolumeUnusedForItsAutoCleanupDurationIsDeleted"}},
+	"volume:region": volumeRefusal("a gpud host volume lives on one host, not in a region",
+		"drop region; the volume lives on the host of the first job that uses it (choose that host with the run's fleets or instances)"),
+	"volume:availability_zone": volumeRefusal("a gpud host volume lives on one host, not in an availability zone",
+		"drop availability_zone; the volume lives on the host of the first job that uses it (choose that host with the run's fleets or instances)"),
+	"volume:volume_id": volumeRefusal("gpud registers no existing volumes: a host volume is a directory its agent makes",
+		"drop volume_id, or mount an existing host directory as an instance volume (volumes: - /data/x:/x, under a directory the host's admin allows)"),
+	"volume:claim_name": volumeRefusal("no Kubernetes backend on this server, so no persistent volume claim to bind",
+		"drop claim_name and use backend: local, ssh or registered"),
+	"volume:storage_class_name": volumeRefusal("no Kubernetes backend on this server, so no storage class to use",
+		"drop storage_class_name and use backend: local, ssh or registered"),
+	"volume:access_modes": volumeRefusal("no Kubernetes backend on this server; a host volume is mounted read-write by the jobs of its one host",
+		"drop access_modes"),
+	"volume:tags": volumeRefusal("a host volume is a directory: there is no cloud resource to tag",
+		"drop tags"),
+}
+
+// checkManagedVolumeName refuses a `name:` volume entry whose name is
+// not a volume's name on every node, or names no volume of the project,
+// or one that lives on a host this run may not use.
+func checkManagedVolumeName(fc *fieldCheck, path string) *refusal {
+	_, v, ok := volumeAt(fc, path)
+	if !ok || v.Name == "" {
+		return nil
+	}
+	nodes := jobLayout(fc.cfg)
+	replicaNodes := len(nodes)
+	if fc.cfg.Service != nil {
+		replicaNodes = 1
+	}
+	for _, n := range nodes {
+		name, err := volumeName(v, n, replicaNodes)
+		if err != nil {
+			return &refusal{Why: err.Error(), Instead: "name a volume, optionally with ${{ dstack.node_rank }} for one per node"}
+		}
+		if fc.srv == nil {
+			continue
+		}
+		rec, err := fc.srv.store.Volumes().Get(volumeRecordID(fc.project, name))
+		if err != nil {
+			return &refusal{Why: fmt.Sprintf("volume %q does not exist in project %q", name, fc.project),
+				Instead: "`gpud apply` a `type: volume` configuration named " + name + " first (backend: local, ssh or registered)"}
+		}
+		st, err := volumeStateOf(rec)
+		if err != nil {
+			return &refusal{Why: err.Error(), Instead: "delete the volume and apply it again"}
+		}
+		if st.Instance != "" && len(fc.hosts) > 0 && !fc.anyHost(func(h candidateHost, _ fieldTarget) bool { return h.id == st.Instance }) {
+			return &refusal{Why: fmt.Sprintf("volume %q lives on host %s, which this run may not use", name, st.Instance),
+				Instead: "let the run use that host (its fleets, backends, instances), or use another volume"}
+		}
+	}
+	return nil
+}
+
+// noteManagedVolumes says, in the plan, where the run's volumes live and
+// that its jobs follow them there.
+func noteManagedVolumes(fc *fieldCheck) string {
+	if fc.srv == nil {
+		return ""
+	}
+	var parts []string
+	nodes := jobLayout(fc.cfg)
+	replicaNodes := len(nodes)
+	if fc.cfg.Service != nil {
+		replicaNodes = 1
+	}
+	seen := map[string]bool{}
+	for _, v := range fc.run.Volumes {
+		if v.Name == "" {
+			continue
+		}
+		for _, n := range nodes {
+			name, err := volumeName(v, n, replicaNodes)
+			if err != nil || seen[name] {
+				continue
+			}
+			seen[name] = true
+			rec, err := fc.srv.store.Volumes().Get(volumeRecordID(fc.project, name))
+			if err != nil {
+				continue
+			}
+			st, err := volumeStateOf(rec)
+			if err != nil {
+				continue
+			}
+			if st.Instance != "" {
+				parts = append(parts, fmt.Sprintf("volume %s lives on host %s, so jobs that use it run only there", name, st.Instance))
+			} else {
+				parts = append(parts, fmt.Sprintf("volume %s is on no host yet: it is made on the %s host the first job that uses it lands on, and later jobs follow it there", name, st.Backend))
+			}
+		}
+	}
+	if len(parts) > 0 {
+		parts = append(parts, "a volume is mounted by Docker: jobs that use one run in containers")
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,233 @@
+package daemon
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
+	"gpud.dev/gpud/store"
+)
+
+// applyVolume applies a `type: volume` as token's user and returns it.
+func (ts *testServer) applyVolume(token, project, yaml string) api.Volume {
+	ts.t.Helper()
+	var v api.Volume
+	ts.must(http.StatusOK, token, "POST", "/api/v1/projects/"+project+"/volumes/apply", api.ApplyRequest{ConfigurationYAML: yaml, Filename: "volume.yml"}, &v)
+	return v
+}
+
+// volumes lists project's volumes.
+func (ts *testServer) volumes(project string) []api.Volume {
+	ts.t.Helper()
+	var vs []api.Volume
+	ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/"+project+"/volumes", nil, &vs)
+	return vs
+}
+
+// volumeNamed is project's volume of that name, or false.
+func (ts *testServer) volumeNamed(project, name string) (api.Volume, bool) {
+	ts.t.Helper()
+	i := slices.IndexFunc(ts.volumes(project), func(v api.Volume) bool { return v.Name == name })
+	if i < 0 {
+		return api.Volume{}, false
+	}
+	return ts.volumes(project)[i], true
+}
+
+// volumeDir is the local agent's directory of project's volume name.
+func (ts *testServer) volumeDir(project, name string) string {
+	ts.t.Helper()
+	rec, err := ts.store.Volumes().Get(volumeRecordID(project, name))
+	if err != nil {
+		ts.t.Fatalf("volume %s/%s: %v", project, name, err)
+	}
+	st, err := volumeStateOf(rec)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	return filepath.Join(ts.opts.DataDir, "agent", "volumes", project, st.VolumeID)
+}
+
+// A volume applied once is made on the host of the first job that uses
+// it, keeps what that job wrote, and mounts it into the next run at its
+// path; a name with ${{ dstack.node_rank }} names one volume per node.
+func TestManagedVolumeSharesDataBetweenRunsOnDocker(t *testing.T) {
+	ts := startDockerServer(t)
+	alice := ts.userMember("alice")
+	v := ts.applyVolume(alice, "main", "type: volume\nname: cache\nbackend: local\n")
+	if v.Status != volumeSubmitted || v.Instance != "" || v.Backend != "local" {
+		t.Fatalf("a new volume: %+v, want submitted on no host, backend local", v)
+	}
+	vol := "volumes:\n  - name: cache\n    path: /data\n"
+	var plan api.RunPlan
+	ts.must(http.StatusOK, alice, "POST", "/api/v1/projects/main/runs/plan", yamlApply("type: task\nname: vw\n"+vol+"commands: [true]\n"), &plan)
+	if !slices.ContainsFunc(plan.Notes, func(n string) bool { return strings.Contains(n, "volume cache is on no host yet") }) {
+		t.Errorf("the plan does not say where the volume will live: %q", plan.Notes)
+	}
+	ts.runOutput("vw", "type: task\nname: vw\n"+vol+"commands:\n  - echo kept-by-the-volume > /data/f\n", "done")
+	v, _ = ts.volumeNamed("main", "cache")
+	if v.Status != volumeActive || v.Instance == "" || v.Used <= 0 || v.LastUsed.IsZero() {
+		t.Fatalf("after a run used it the volume is %+v, want active on a host with bytes used", v)
+	}
+	b, err := os.ReadFile(filepath.Join(ts.volumeDir("main", "cache"), "f"))
+	if err != nil || strings.TrimSpace(string(b)) != "kept-by-the-volume" {
+		t.Fatalf("the agent's volume directory lacks the file: %q %v", b, err)
+	}
+	ts.must(http.StatusOK, alice, "POST", "/api/v1/projects/main/runs/plan", yamlApply("type: task\nname: vr\n"+vol+"commands: [true]\n"), &plan)
+	if !slices.ContainsFunc(plan.Notes, func(n string) bool { return strings.Contains(n, "volume cache lives on host "+v.Instance) }) {
+		t.Errorf("the plan does not say the run follows the volume to its host: %q", plan.Notes)
+	}
+	_, out := ts.runOutput("vr", "type: task\nname: vr\n"+vol+"commands:\n  - cat /data/f\n", "done")
+	if !slices.Contains(out, "kept-by-the-volume") {
+		t.Fatalf("the second run did not read what the first wrote: %q", out)
+	}
+	// One volume per node, by name interpolation.
+	ts.applyVolume(alice, "main", "type: volume\nname: shard-0\nbackend: local\n")
+	ts.runOutput("vn", "type: task\nname: vn\nvolumes:\n  - name: shard-${{ dstack.node_rank }}\n    path: /shard\ncommands:\n  - echo node-0 > /shard/f\n", "done")
+	if b, err := os.ReadFile(filepath.Join(ts.volumeDir("main", "shard-0"), "f")); err != nil || strings.TrimSpace(string(b)) != "node-0" {
+		t.Fatalf("shard-${{ dstack.node_rank }} did not mount shard-0: %q %v", b, err)
+	}
+}
+
+// A volume an active run uses is not deleted: 409 naming the run; once
+// the run has ended it is, with its directory on the host.
+func TestManagedVolumeInUseRefusesDeletion(t *testing.T) {
+	ts := startDockerServer(t)
+	ts.applyVolume(ts.admin, "main", "type: volume\nname: busy\nbackend: local\n")
+	ts.submit("type: task\nname: holder\nvolumes:\n  - name: busy\n    path: /data\ncommands:\n  - touch /data/x\n  - sleep 300\n")
+	ts.waitRun("holder", store.RunRunning, "", 90*time.Second)
+	dir := ts.volumeDir("main", "busy")
+	testutil.Eventually(t, 30*time.Second, func() error {
+		_, err := os.Stat(filepath.Join(dir, "x"))
+		return err
+	})
+	status, se := ts.call(ts.admin, "DELETE", "/api/v1/projects/main/volumes/busy", nil, nil)
+	if status != http.StatusConflict || !strings.Contains(se.Message, "holder") {
+		t.Fatalf("delete of a volume in use: %d %q, want 409 naming the run holder", status, se.Message)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); err != nil {
+		t.Fatalf("a refused delete removed data: %v", err)
+	}
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/holder/stop", api.StopRunRequest{Abort: true}, nil)
+	ts.waitRunEnd("holder", 60*time.Second)
+	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/projects/main/volumes/busy", nil, nil)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the volume's directory is still there after delete: %v", err)
+	}
+	if _, ok := ts.volumeNamed("main", "busy"); ok {
+		t.Fatal("the volume is still listed after delete")
+	}
+	// A run naming it now is refused at plan time.
+	ts.refusedAt("type: task\nvolumes:\n  - name: busy\n    path: /data\ncommands: [true]\n", "volumes[0].name", "does not exist", "gpud apply")
+}
+
+// A volume unused for its auto_cleanup_duration is deleted by the server,
+// data and record, with an event; one without it stays.
+func TestManagedVolumeUnusedForItsAutoCleanupDurationIsDeleted(t *testing.T) {
+	ts := startContainerServer(t, Options{ResyncInterval: 500 * time.Millisecond})
+	ts.applyVolume(ts.admin, "main", "type: volume\nname: scratch\nbackend: local\nauto_cleanup_duration: 3s\n")
+	ts.applyVolume(ts.admin, "main", "type: volume\nname: keep\nbackend: local\n")
+	ts.runOutput("ac", "type: task\nname: ac\nvolumes:\n  - name: scratch\n    path: /s\n  - name: keep\n    path: /k\ncommands:\n  - echo x > /s/f\n  - echo y > /k/f\n", "done")
+	dir, kept := ts.volumeDir("main", "scratch"), ts.volumeDir("main", "keep")
+	if _, err := os.Stat(filepath.Join(dir, "f")); err != nil {
+		t.Fatalf("the volume was not written: %v", err)
+	}
+	testutil.Eventually(t, 60*time.Second, func() error {
+		if _, ok := ts.volumeNamed("main", "scratch"); ok {
+			return fmt.Errorf("volume scratch is still there")
+		}
+		return nil
+	})
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the cleaned-up volume's directory is still there: %v", err)
+	}
+	var es []api.Event
+	ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/events", nil, &es)
+	if !slices.ContainsFunc(es, func(e api.Event) bool {
+		return e.Status == "deleted" && strings.Contains(e.Reason, "auto_cleanup_duration")
+	}) {
+		t.Errorf("no event says the volume was deleted for its auto_cleanup_duration: %+v", es)
+	}
+	if _, ok := ts.volumeNamed("main", "keep"); !ok {
+		t.Fatal("a volume without auto_cleanup_duration was deleted")
+	}
+	if _, err := os.Stat(filepath.Join(kept, "f")); err != nil {
+		t.Fatalf("a volume without auto_cleanup_duration lost its data: %v", err)
+	}
+}
+
+// A volume's size keeps its first job off hosts with less free disk: the
+// job waits, saying so.
+func TestManagedVolumeSizeKeepsItOffHostsWithLessFreeDisk(t *testing.T) {
+	ts := startDockerServer(t)
+	ts.applyVolume(ts.admin, "main", "type: volume\nname: huge\nbackend: local\nsize: 900TB\n")
+	ts.submit("type: task\nname: big\nvolumes:\n  - name: huge\n    path: /data\ncommands: [true]\n")
+	testutil.Eventually(t, 30*time.Second, func() error {
+		r := ts.getRun("big")
+		if r.Status != store.RunSubmitted || !strings.Contains(r.WhyPending, "free disk") || !strings.Contains(r.WhyPending, "volume huge") {
+			return fmt.Errorf("run big is %s (%s), want submitted, waiting for free disk for volume huge", r.Status, r.WhyPending)
+		}
+		return nil
+	})
+	if v, _ := ts.volumeNamed("main", "huge"); v.Instance != "" {
+		t.Fatalf("the volume was bound to %s, whose disk is smaller than its size", v.Instance)
+	}
+}
+
+// Attacks through volume names and other projects' volumes are refused
+// with a clear error, and nothing is mounted or deleted.
+func TestManagedVolumeAttacksAreRefused(t *testing.T) {
+	ts := startDockerServer(t)
+	alice := ts.userMember("alice")
+	bob := ts.userMember("bob")
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects", api.CreateProjectRequest{Name: "other"}, nil)
+	ts.applyVolume(ts.admin, "other", "type: volume\nname: secret\nbackend: local\n")
+	// Names that would climb out are not names.
+	for _, name := range []string{"../etc", "a/b", ".."} {
+		status, se := ts.call(alice, "POST", "/api/v1/projects/main/volumes/apply", api.ApplyRequest{ConfigurationYAML: "type: volume\nname: " + name + "\nbackend: local\n"}, nil)
+		if status/100 != 4 {
+			t.Errorf("apply of volume %q: %d, want a 4xx", name, status)
+		}
+		t.Logf("volume %q: %d %s %q", name, status, se.Message, se.Errors)
+	}
+	status, se := ts.call(alice, "POST", "/api/v1/projects/main/runs/apply", yamlApply("type: task\ncommands: [true]\nvolumes:\n  - name: ../secret\n    path: /data\n"), nil)
+	if status/100 != 4 || !strings.Contains(strings.Join(se.Errors, " ")+se.Message, "volumes[0]") {
+		t.Errorf("a run naming ../secret: %d %q %q, want a 4xx naming volumes[0]", status, se.Message, se.Errors)
+	}
+	// Another project's volume does not exist here, and cannot be
+	// listed, used or deleted from here.
+	ts.refusedAt("type: task\nvolumes:\n  - name: secret\n    path: /data\ncommands: [true]\n", "volumes[0].name", `volume "secret" does not exist in project "main"`)
+	if st, _ := ts.call(alice, "DELETE", "/api/v1/projects/main/volumes/secret", nil, nil); st != http.StatusNotFound {
+		t.Errorf("delete of another project's volume through one's own: %d, want 404", st)
+	}
+	if st, _ := ts.call(alice, "DELETE", "/api/v1/projects/other/volumes/secret", nil, nil); st != http.StatusNotFound {
+		t.Errorf("delete of another project's volume by a non-member: %d, want 404", st)
+	}
+	if st, _ := ts.call(alice, "GET", "/api/v1/projects/other/volumes", nil, nil); st != http.StatusNotFound {
+		t.Errorf("list of another project's volumes by a non-member: %d, want 404", st)
+	}
+	if _, ok := ts.volumeNamed("other", "secret"); !ok {
+		t.Fatal("the other project's volume is gone")
+	}
+	// A member's volume is theirs or a manager's to delete or change.
+	ts.applyVolume(alice, "main", "type: volume\nname: mine\nbackend: local\n")
+	if st, _ := ts.call(bob, "DELETE", "/api/v1/projects/main/volumes/mine", nil, nil); st != http.StatusForbidden {
+		t.Errorf("delete of alice's volume by bob: %d, want 403", st)
+	}
+	if st, _ := ts.call(bob, "POST", "/api/v1/projects/main/volumes/apply", api.ApplyRequest{ConfigurationYAML: "type: volume\nname: mine\nbackend: local\nauto_cleanup_duration: 1s\n"}, nil); st != http.StatusForbidden {
+		t.Errorf("re-apply of alice's volume by bob: %d, want 403", st)
+	}
+	ts.must(http.StatusNoContent, alice, "DELETE", "/api/v1/projects/main/volumes/mine", nil, nil)
+	// Backends gpud has no hosts of are refused by name.
+	status, se = ts.call(alice, "POST", "/api/v1/projects/main/volumes/apply", api.ApplyRequest{ConfigurationYAML: "type: volume\nname: k\nbackend: kubernetes\nsize: 10GB\n", Filename: "k.yml"}, nil)
+	if status != http.StatusUnprocessableEntity || !strings.Contains(strings.Join(se.Errors, " "), "no kubernetes backend on this server") {
+		t.Errorf("a kubernetes volume: %d %q, want 422 naming the backend", status, se.Errors)
+	}
+}
