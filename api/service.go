@@ -21,6 +21,8 @@ type ServiceSpec struct {
 	Scaling     *Scaling        `json:"scaling,omitempty"`
 	RateLimits  []RateLimit     `json:"rate_limits,omitempty"`
 	Probes      []Probe         `json:"probes,omitempty"`
+	// Router is dstack 0.20's service-level router (api/router.go).
+	Router *ServiceRouter `json:"router,omitempty"`
 }
 
 // ServiceGateway picks the gateway: a named one, the default one (Use
@@ -59,6 +61,10 @@ type Model struct {
 	Name   string `json:"name"`   // the model name clients send
 	Format string `json:"format"` // openai or tgi
 	Prefix string `json:"prefix,omitempty"`
+	// ChatTemplate and EOSToken are format tgi's prompt template and end
+	// token, which dstack's gateway used to translate OpenAI requests.
+	ChatTemplate string `json:"chat_template,omitempty"`
+	EOSToken     string `json:"eos_token,omitempty"`
 }
 
 // Replicas is a number or range of identical replicas, or a list of replica
@@ -90,6 +96,11 @@ type ReplicaGroup struct {
 	Resources *Resources `json:"resources,omitempty"`
 	Scaling   *Scaling   `json:"scaling,omitempty"`
 	Router    *Router    `json:"router,omitempty"`
+	// SpotPolicy, Reservation and Privileged are the group's own
+	// (dstack 0.20.x), over the service's.
+	SpotPolicy  string `json:"spot_policy,omitempty"`
+	Reservation string `json:"reservation,omitempty"`
+	Privileged  bool   `json:"privileged,omitempty"`
 }
 
 // Router marks a replica group as the service's router (sglang, dynamo, ...).
@@ -162,12 +173,28 @@ func (d *decoder) service(body ast.Node) *ServiceSpec {
 	}
 	fs["auth"] = func(n ast.Node, p string) { s.Auth, _ = d.boolean(n, p) }
 	fs["model"] = func(n ast.Node, p string) { s.Model = d.model(n, p) }
-	fs["replicas"] = func(n ast.Node, p string) { s.Replicas = d.replicas(n, p) }
+	var groupNodes []map[string]ast.Node
+	groupsPath := "replicas"
+	fs["replicas"] = func(n ast.Node, p string) { s.Replicas, groupNodes = d.replicas(n, p) }
+	// groups: is dstack 0.20's name for a list of replica groups.
+	fs["groups"] = func(n ast.Node, p string) {
+		if !d.isSeq(n) {
+			d.errorAt(n, p, "groups is a list of replica groups", "write `- name: ...` items, or use `replicas: N` for identical replicas")
+			return
+		}
+		s.Replicas, groupNodes = d.replicas(n, p)
+		groupsPath = "groups"
+	}
+	fs["router"] = func(n ast.Node, p string) { s.Router = d.serviceRouter(n, p) }
 	fs["scaling"] = func(n ast.Node, p string) { s.Scaling = d.scaling(n, p) }
 	fs["rate_limits"] = func(n ast.Node, p string) { s.RateLimits = d.rateLimits(n, p) }
 	fs["probes"] = func(n ast.Node, p string) { s.Probes = d.probes(n, p) }
 	present := d.object(body, "", "a service", fs)
 	d.checkRun(&s.RunSpec, present, "")
+	if present != nil && present["groups"] != nil && present["replicas"] != nil {
+		d.errorAt(present["groups"], "groups", "replicas and groups exclude each other", "list the replica groups under one of them")
+	}
+	d.checkRouters(s, groupNodes, present, groupsPath)
 	d.require(present, body, "", "port", "add the port the service listens on, like `port: 8000`")
 	if present != nil && len(s.Replicas.Groups) == 0 {
 		if len(s.Commands) == 0 && s.Image == "" {
@@ -195,26 +222,34 @@ func (d *decoder) model(n ast.Node, path string) *Model {
 		return m
 	}
 	present := d.object(n, path, "a model", fields{
-		"type":   func(n ast.Node, p string) { m.Type, _ = d.oneOf(n, p, "chat") },
-		"name":   func(n ast.Node, p string) { m.Name, _ = d.str(n, p) },
-		"format": func(n ast.Node, p string) { m.Format, _ = d.oneOf(n, p, "openai", "tgi") },
-		"prefix": func(n ast.Node, p string) { m.Prefix, _ = d.str(n, p) },
+		"type":          func(n ast.Node, p string) { m.Type, _ = d.oneOf(n, p, "chat") },
+		"name":          func(n ast.Node, p string) { m.Name, _ = d.str(n, p) },
+		"format":        func(n ast.Node, p string) { m.Format, _ = d.oneOf(n, p, "openai", "tgi") },
+		"prefix":        func(n ast.Node, p string) { m.Prefix, _ = d.str(n, p) },
+		"chat_template": func(n ast.Node, p string) { m.ChatTemplate, _ = d.str(n, p) },
+		"eos_token":     func(n ast.Node, p string) { m.EOSToken, _ = d.str(n, p) },
 	})
 	d.require(present, n, path, "name", "add the model name clients will request")
+	for _, key := range []string{"chat_template", "eos_token"} {
+		if present[key] != nil && m.Format != "tgi" {
+			d.errorAt(present[key], join(path, key), key+" belongs to format tgi", "drop it: a model in format openai is served by its own chat template")
+		}
+	}
 	return m
 }
 
-func (d *decoder) replicas(n ast.Node, path string) Replicas {
+// replicas decodes a count or range of replicas, or a list of replica
+// groups; nodes are the fields each group sets, in the order of Groups.
+func (d *decoder) replicas(n ast.Node, path string) (out Replicas, nodes []map[string]ast.Node) {
 	if !d.isSeq(n) {
 		c, ok := d.countRange(n, path)
 		if ok && c.Max == nil {
 			d.errorAt(n, path, "a range of replicas needs a maximum", "write both bounds, like 1..4")
-			return Replicas{}
+			return Replicas{}, nil
 		}
-		return Replicas{Count: c}
+		return Replicas{Count: c}, nil
 	}
 	items, _ := d.seq(n, path, "a list of replica groups")
-	var out Replicas
 	for i, it := range items {
 		p := index(path, i)
 		g := ReplicaGroup{Count: Exact(1)}
@@ -224,6 +259,12 @@ func (d *decoder) replicas(n ast.Node, path string) Replicas {
 		if present == nil {
 			continue
 		}
+		if present["count"] != nil && present["replicas"] != nil {
+			d.errorAt(present["replicas"], join(p, "replicas"), "count and replicas are the same field", "keep one of them")
+		}
+		if present["count"] == nil && present["replicas"] != nil {
+			present["count"] = present["replicas"] // errors below point at what was written
+		}
 		if g.Count.Max == nil && !g.Count.IsZero() {
 			d.errorAt(present["count"], join(p, "count"), "a range of replicas needs a maximum", "write both bounds, like 1..4")
 		}
@@ -231,8 +272,9 @@ func (d *decoder) replicas(n ast.Node, path string) Replicas {
 			d.errorAt(present["count"], join(p, "count"), "a range of replicas needs autoscaling rules", "add `scaling: {metric: rps, target: 10}` to this group")
 		}
 		out.Groups = append(out.Groups, g)
+		nodes = append(nodes, present)
 	}
-	return out
+	return out, nodes
 }
 
 // replicaGroupField decodes one field of a replica group; a switch, since
@@ -241,7 +283,7 @@ func (d *decoder) replicaGroupField(g *ReplicaGroup, key string, n ast.Node, p s
 	switch key {
 	case "name":
 		g.Name, _ = value(d, n, p, checkName)
-	case "count":
+	case "count", "replicas": // replicas: dstack 0.20's name for count
 		g.Count, _ = d.countRange(n, p)
 	case "image":
 		g.Image, _ = d.str(n, p)
@@ -261,16 +303,13 @@ func (d *decoder) replicaGroupField(g *ReplicaGroup, key string, n ast.Node, p s
 	case "scaling":
 		g.Scaling = d.scaling(n, p)
 	case "router":
-		rt := &Router{}
-		pr := d.objectWith(n, p, "a router", func(key string, n ast.Node, p string) bool {
-			if key != "type" {
-				return false
-			}
-			rt.Type, _ = d.str(n, p)
-			return true
-		}, func() []string { return []string{"type"} })
-		d.require(pr, n, p, "type", "name the router, like sglang or dynamo")
-		g.Router = rt
+		g.Router = d.groupRouter(n, p)
+	case "spot_policy":
+		g.SpotPolicy, _ = d.oneOf(n, p, SpotPolicySpot, SpotPolicyOnDemand, SpotPolicyAuto)
+	case "reservation":
+		g.Reservation, _ = d.str(n, p)
+	case "privileged":
+		g.Privileged, _ = d.boolean(n, p)
 	default:
 		return false
 	}
@@ -278,7 +317,7 @@ func (d *decoder) replicaGroupField(g *ReplicaGroup, key string, n ast.Node, p s
 }
 
 func replicaGroupKeys() []string {
-	return []string{"commands", "count", "docker", "env", "image", "name", "nvcc", "python", "resources", "router", "scaling"}
+	return []string{"commands", "count", "docker", "env", "image", "name", "nvcc", "privileged", "python", "replicas", "reservation", "resources", "router", "scaling", "spot_policy"}
 }
 
 func (d *decoder) scaling(n ast.Node, path string) *Scaling {

@@ -72,7 +72,7 @@ type fieldRule struct {
 // every run kind shares.
 type fieldRules map[string]fieldRule
 
-var rules = mergeRules(runRules, containerRules, placementRules, lifecycleRules, serviceRules, otherKindRules, managedVolumeRules)
+var rules = mergeRules(runRules, containerRules, placementRules, lifecycleRules, serviceRules, routerRules, otherKindRules, managedVolumeRules)
 
 func mergeRules(tables ...fieldRules) fieldRules {
 	out := fieldRules{}

@@ -25,7 +25,6 @@ var serviceRules = fieldRules{
 			return nil // gateway: false is what the server's proxy does
 		}},
 	"service:https":       {All: gatewayRefusal("https")},
-	"service:model":       {All: gatewayRefusal("the OpenAI-compatible model endpoint")},
 	"service:scaling":     {All: gatewayRefusal("autoscaling on request rate")},
 	"service:rate_limits": {All: gatewayRefusal("rate limiting")},
 	"service:probes":      {All: gatewayRefusal("readiness probes through the proxy")},
@@ -55,7 +54,6 @@ var serviceRules = fieldRules{
 		Instead: "give the group an image with the CUDA compiler"}},
 	"service:replicas.docker":  {All: &refusal{Why: "Docker-in-Docker replica groups are not supported yet", Instead: "drop docker"}},
 	"service:replicas.scaling": {All: gatewayRefusal("autoscaling on request rate")},
-	"service:replicas.router":  {All: gatewayRefusal("a router replica group")},
 }
 
 func isRangeCount(r api.Range[int]) bool {

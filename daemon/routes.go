@@ -62,6 +62,7 @@ func (s *Server) routes() (http.Handler, error) {
 		"DELETE /api/v1/projects/{project}/secrets/{name}":             s.accountsAPI.handleDeleteSecret,
 		"POST /api/v1/agents/heartbeat":                                s.hosts.handleHeartbeat,
 		"/proxy/services/{project}/{run}/{path...}":                    s.runsAPI.handleServiceProxy,
+		"/proxy/models/{project}/{path...}":                            s.runsAPI.handleModels,
 	}
 	mux := http.NewServeMux()
 	for _, rt := range api.Routes {

@@ -44,13 +44,20 @@ const MaxModelRequestBytes = 32 << 20
 // its own address. The caller's gpud token never reaches the replica
 // (the Forwarder removes it).
 type Models struct {
-	resolver Resolver
+	resolver ModelResolver
 	forward  Forwarder
+}
+
+// ModelResolver is the part of the Resolver the model routes use (a
+// Resolver is one).
+type ModelResolver interface {
+	Models(project string) []*Service
+	Authorize(r *http.Request, svc *Service) error
 }
 
 // NewModels returns the model routes over res's services, forwarding
 // through fwd.
-func NewModels(res Resolver, fwd Forwarder) *Models {
+func NewModels(res ModelResolver, fwd Forwarder) *Models {
 	return &Models{resolver: res, forward: fwd}
 }
 

@@ -1,0 +1,51 @@
+package daemon
+
+import "strings"
+
+// routerRules are a service's model and router fields: the model is
+// served on the project's OpenAI-compatible endpoint; the routers of
+// prefill–decode disaggregation (dstack 0.20.17's router replica group,
+// and dstack 0.20's service-level router, dropped in 0.21) are refused
+// until the server registers workers with them.
+var routerRules = fieldRules{
+	"service:model": {Proof: []string{"daemon.TestModelRoutesRouteByModelNameThroughTheGateway"}, Subtree: true,
+		Check: checkModelFormat, Note: modelNote},
+	"service:router": {All: &refusal{
+		Why:     "a service-level router is dstack 0.20's (dropped in 0.21): it ran SGLang's router on the gateway, and gpud's gateway has none",
+		Instead: "drop router; the gateway balances the replicas itself (least outstanding requests)"}},
+	"service:replicas.router": {All: &refusal{
+		Why: "a router replica group needs the server to send the service's traffic to the router only and to register the other groups' replicas with it " +
+			"(SGLang's /workers API; DSTACK_ROUTER_INTERNAL_IP for Dynamo's workers), which gpud does not do yet",
+		Instead: "start the router and its workers together in one replica group's commands, or drop router and let the gateway balance the replicas"}},
+	"service:replicas.spot_policy": {All: &refusal{Why: "a replica group's own spot policy is not applied yet",
+		Instead: "set spot_policy for the whole service"}},
+	"service:replicas.reservation": {All: &refusal{Why: "no host belongs to a cloud reservation: gpud has no cloud backend until backend plugins land",
+		Instead: "drop reservation; pick reserved hosts with fleets or instances"}},
+	"service:replicas.privileged": {All: &refusal{Why: "a replica group's own privileged is not applied yet",
+		Instead: "set privileged for the whole service"}},
+}
+
+// checkModelFormat refuses format tgi: dstack's gateway translated
+// OpenAI requests into TGI's own API for it, and gpud's does not.
+func checkModelFormat(fc *fieldCheck, _ string) *refusal {
+	m := fc.cfg.Service.Model
+	if m == nil || m.Format == "" || m.Format == "openai" {
+		return nil
+	}
+	return &refusal{Why: "format " + m.Format + " asks the gateway to translate OpenAI requests into TGI's own API, which gpud does not do",
+		Instead: "use format openai: TGI serves the OpenAI API (/v1/chat/completions) since 1.4"}
+}
+
+// modelNote says where the model is served.
+func modelNote(fc *fieldCheck) string {
+	m := fc.cfg.Service.Model
+	if m == nil {
+		return ""
+	}
+	prefix := strings.TrimRight(m.Prefix, "/")
+	if prefix == "" {
+		prefix = "/v1"
+	}
+	return "model " + m.Name + " is served at /proxy/models/" + fc.project + "/v1/ on this server (OpenAI-compatible, a project member's token), " +
+		"forwarded to the service's " + prefix + "/chat/completions"
+}
