@@ -71,7 +71,7 @@ func (directForwarder) Forward(w http.ResponseWriter, r *http.Request, svc *Serv
 // modelServer is a replica that says which model it serves, the path it
 // was asked for and the Authorization it saw, and streams two SSE chunks
 // with the second held until release is closed.
-func modelServer(t *testing.T, name string, release chan struct{}) *httptest.Server {
+func modelServer(t testing.TB, name string, release chan struct{}) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -302,4 +302,32 @@ func TestModelRoutesRefuseBadRequestsByName(t *testing.T) {
 	if resp.StatusCode != 401 {
 		t.Errorf("a project without models, without a token: %d, want 401 as for any project", resp.StatusCode)
 	}
+}
+
+// FuzzModelRoutes sends arbitrary routes and bodies to the model routes:
+// they never panic, and answer a member 200 only for a known model on a
+// known route, else one of the statuses they document.
+func FuzzModelRoutes(f *testing.F) {
+	f.Add("v1/chat/completions", []byte(`{"model":"meta/llama"}`))
+	f.Add("chat/completions", []byte(`{"model":7}`))
+	f.Add("v1/models", []byte(``))
+	f.Add("v1/embeddings", []byte(`[{"model":"x"}]`))
+	f.Add("v1/completions", []byte("{\"model\":\"meta/llama\",\"model\":\"\x00\"}"))
+	never := make(chan struct{})
+	srv := modelServer(f, "llama", never)
+	m := NewModels(&modelsResolver{svcs: []*Service{modelService("llama", "meta/llama", "", srv)}}, directForwarder{})
+	f.Fuzz(func(t *testing.T, route string, body []byte) {
+		req := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(string(body)))
+		req.Header.Set("Authorization", "Bearer member-of-main")
+		rec := httptest.NewRecorder()
+		m.Serve(rec, req, "main", route)
+		switch rec.Code {
+		case http.StatusOK, http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge:
+		default:
+			t.Fatalf("route %q body %q: status %d %s", route, body, rec.Code, rec.Body)
+		}
+		if rec.Code == http.StatusOK && !strings.Contains(rec.Body.String(), `"served_by":"llama"`) {
+			t.Fatalf("route %q body %q: 200 not from the replica: %s", route, body, rec.Body)
+		}
+	})
 }
