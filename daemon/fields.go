@@ -57,6 +57,9 @@ type fieldRule struct {
 	// sets it is kept off them, and refused when no host it may use is
 	// left.
 	Refuse map[fieldTarget]refusal
+	// RefuseWhen, when set, narrows Refuse to the values it reports true
+	// for (an absolute upload target, not a relative one).
+	RefuseWhen func(fc *fieldCheck, path string) bool
 	// Subtree makes the rule cover every field below this one.
 	Subtree bool
 	// Check refuses values of the field that nothing honours (nil: every
@@ -249,7 +252,7 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 			}
 		}
 		for _, t := range slices.Sorted(maps.Keys(r.Refuse)) {
-			if !slices.Contains(refused[t], p) {
+			if !slices.Contains(refused[t], p) && (r.RefuseWhen == nil || r.RefuseWhen(fc, p)) {
 				refused[t] = append(refused[t], p)
 				why[p+"/"+string(t)] = r.Refuse[t]
 			}

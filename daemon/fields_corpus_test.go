@@ -19,10 +19,17 @@ import (
 // uploadStandIns makes an empty file or directory for each local path the
 // run's repos and files name, packs and uploads them as gpud run does,
 // and returns the archive's SHA-256 ("" when there is nothing to send).
+// Paths under ~ are made in a stand-in home (HOME is set for the test).
 func uploadStandIns(t *testing.T, ts *testServer, run *api.RunSpec) (string, error) {
 	base := t.TempDir()
+	// A local path under ~ (dstack's ~/.ssh/id_rsa) is the client's home:
+	// a stand-in home here.
+	t.Setenv("HOME", filepath.Join(base, "home"))
 	make := func(p string, dir bool) {
 		full := filepath.Join(base, "work", filepath.FromSlash(p))
+		if rest, ok := strings.CutPrefix(p, "~/"); ok {
+			full = filepath.Join(base, "home", filepath.FromSlash(rest))
+		}
 		if !strings.HasPrefix(full, base+string(filepath.Separator)) {
 			return // a path that climbs out stays missing: the packer says so
 		}

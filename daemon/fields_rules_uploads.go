@@ -3,37 +3,69 @@ package daemon
 import (
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"gpud.dev/gpud/agent"
+	"gpud.dev/gpud/internal/upload"
 )
 
-// checkUploadPath refuses a repo's or file's path that would land outside
-// the job's working directory: an upload unpacks only inside the job's
-// own directory, never at an absolute path of the host.
-func checkUploadPath(fc *fieldCheck, _ string) *refusal {
-	run := fc.cfg.Run()
-	if run == nil {
+// checkUploadPath refuses a repo's or file's path that names no place a
+// job can have: one that climbs out of the working directory ("..") or
+// is not clean, another user's ~, or the container's root itself. An
+// absolute or ~/ path is placed in the container (the process runtime
+// refuses it: uploadTargetOutside).
+func checkUploadPath(fc *fieldCheck, p string) *refusal {
+	v, ok := uploadPathAt(fc, p)
+	if !ok || v == "" {
 		return nil
 	}
-	var paths []string
-	for _, r := range run.Repos {
-		paths = append(paths, r.Path)
-	}
-	for _, f := range run.Files {
-		paths = append(paths, f.Path)
-	}
-	for _, p := range paths {
-		if p == "" {
-			continue
-		}
-		if strings.HasPrefix(p, "/") || strings.HasPrefix(p, "~") || path.Clean(p) == ".." || strings.HasPrefix(path.Clean(p), "../") {
-			return &refusal{Why: "repos and files are unpacked inside the job's working directory, never at " + p,
-				Instead: "give a path relative to the working directory, like data/" + path.Base(p)}
-		}
+	if err := upload.CheckTarget(v); err != nil {
+		return &refusal{Why: err.Error(),
+			Instead: "give a path relative to the working directory, like data/" + path.Base(v) + ", or a clean absolute one, like /data/" + path.Base(v)}
 	}
 	return nil
 }
+
+// uploadTargetOutside reports whether the repo's or file's path at p lies
+// outside the job's working directory (absolute, or under ~): only a
+// container can take it, so the process runtime refuses it.
+func uploadTargetOutside(fc *fieldCheck, p string) bool {
+	v, _ := uploadPathAt(fc, p)
+	return strings.HasPrefix(v, "/") || strings.HasPrefix(v, "~")
+}
+
+// refuseUploadTargetOnProcess is the process runtime's refusal of an
+// absolute or ~/ repo or file path.
+var refuseUploadTargetOnProcess = map[fieldTarget]refusal{targetProcess: {
+	Why:     "the process runtime unpacks repos and files only inside the job's working directory, never at an absolute path of the host",
+	Instead: "use a relative path, or run on a Docker host (set image)"}}
+
+// uploadPathAt reads the value of repos[i].path or files[i].path.
+func uploadPathAt(fc *fieldCheck, p string) (string, bool) {
+	run := fc.cfg.Run()
+	if run == nil {
+		return "", false
+	}
+	m := indexedPath.FindStringSubmatch(p)
+	if m == nil {
+		return "", false
+	}
+	i, err := strconv.Atoi(m[2])
+	if err != nil {
+		return "", false
+	}
+	switch {
+	case m[1] == "repos" && i < len(run.Repos):
+		return run.Repos[i].Path, true
+	case m[1] == "files" && i < len(run.Files):
+		return run.Files[i].Path, true
+	}
+	return "", false
+}
+
+// indexedPath matches "repos[2].path" and "files[0].path".
+var indexedPath = regexp.MustCompile(`^(repos|files)\[(\d+)\]\.path$`)
 
 // interpolation matches a ${{ ... }} reference.
 var interpolation = regexp.MustCompile(`\$\{\{[^}]*\}\}`)

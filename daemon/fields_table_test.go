@@ -33,7 +33,8 @@ func fieldTable() string {
 		section(&b, "type: "+k, kind, own)
 	}
 	b.WriteString("\nyes: the field takes effect there; no: the plan refuses it there (a run that sets it is kept off such\n" +
-		"hosts, and refused when none is left); yes¹: some values are refused everywhere (the reason says which).\n")
+		"hosts, and refused when none is left); yes¹: some values are refused everywhere (the reason says which);\n" +
+		"no²: some values are refused there (the reason says which), the others take effect.\n")
 	b.WriteString(fieldTableEnd)
 	return b.String()
 }
@@ -88,6 +89,9 @@ func section(b *strings.Builder, title string, kind api.Kind, paths []string) {
 			}
 			if _, no := r.Refuse[t]; no || r.All != nil {
 				cell = "no"
+				if r.RefuseWhen != nil && r.All == nil {
+					cell = "no²"
+				}
 			}
 			fmt.Fprintf(b, " %s |", cell)
 		}

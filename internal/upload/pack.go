@@ -1,6 +1,7 @@
 // Package upload packs what a run's `repos` and `files` name on the
 // client into one gzip-compressed tar, laid out as the job's working
-// directory will see it, honouring .gitignore, .dstackignore and
+// directory will see it (targets outside it under reserved names, see
+// targets.go), honouring .gitignore, .dstackignore and
 // .gpudignore (IgnoreFiles) and a size limit checked while packing, so an
 // oversized tree is refused before a byte is sent.
 //
@@ -20,7 +21,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 
 	"gpud.dev/gpud/internal/untar"
 )
@@ -32,8 +32,9 @@ const DefaultMaxBytes = 100 << 20
 // ErrTooLarge is returned when the packed archive passes Options.MaxBytes.
 var ErrTooLarge = errors.New("the upload is too large")
 
-// Source is one local file or directory and where it lands, relative to
-// the job's working directory ("." for the working directory itself).
+// Source is one local file or directory and where it lands: relative to
+// the job's working directory ("." for the working directory itself), or
+// at an absolute or ~/ path of the container (targets.go).
 type Source struct {
 	Local string
 	Dest  string
@@ -91,6 +92,8 @@ func Pack(w io.Writer, sources []Source, opt Options) (Archive, error) {
 		}
 		if fi.IsDir() {
 			err = p.walk(src.Local, dest, ".", nil)
+		} else if a, rest := Anchored(dest); a != InWorkDir && rest == "." {
+			return Archive{}, fmt.Errorf("pack %s: a file can not replace the home directory; give its path below ~, like ~/%s", src.Local, filepath.Base(src.Local))
 		} else {
 			err = p.add(src.Local, dest, fi)
 		}
@@ -105,18 +108,6 @@ func Pack(w io.Writer, sources []Source, opt Options) (Archive, error) {
 		return Archive{}, cw.explain(err)
 	}
 	return Archive{SHA256: hex.EncodeToString(h.Sum(nil)), Size: cw.n, Files: p.files}, nil
-}
-
-// cleanDest checks a destination: relative, inside the working directory.
-func cleanDest(d string) (string, error) {
-	if d == "" || d == "." {
-		return ".", nil
-	}
-	c := path.Clean(strings.TrimPrefix(d, "./"))
-	if strings.HasPrefix(d, "/") || strings.HasPrefix(d, "~") || !filepath.IsLocal(filepath.FromSlash(c)) {
-		return "", fmt.Errorf("path %q: files and repos land inside the job's working directory; use a relative path like data/input", d)
-	}
-	return c, nil
 }
 
 type packer struct {
@@ -182,6 +173,9 @@ func (p *packer) walk(dir, dest, rel string, sets []ruleSet) error {
 		}
 		local := filepath.Join(dir, name)
 		childDest := path.Join(dest, name)
+		if a, _ := Anchored(childDest); a != InWorkDir && dest == "." {
+			return fmt.Errorf("pack %s: %s and %s are names gpud reserves at the top of an upload; rename it or give the repo a path", local, RootDir, HomeDir)
+		}
 		fi, err := e.Info()
 		if err != nil {
 			return fmt.Errorf("pack %s: %w", local, err)

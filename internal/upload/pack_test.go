@@ -85,10 +85,64 @@ func TestPackRefusesPastTheLimitAndDestinationsOutside(t *testing.T) {
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "64 KiB") {
 		t.Fatalf("Pack: %v, want too large naming 64 KiB", err)
 	}
-	for _, dest := range []string{"/etc/x", "../x", "~/x"} {
-		if _, err := Pack(&bytes.Buffer{}, []Source{{Local: dir, Dest: dest}}, Options{}); err == nil || !strings.Contains(err.Error(), "inside the job's working directory") {
-			t.Errorf("dest %s: %v, want a refusal", dest, err)
+	for _, dest := range []string{"../x", "a/../../x", "/", "//", "/a/../../x", "/a//b", "/a/./b", "~/../x", "~root/x", "~//x", ".gpud-root/etc", ".gpud-home"} {
+		if _, err := Pack(&bytes.Buffer{}, []Source{{Local: dir, Dest: dest}}, Options{}); err == nil {
+			t.Errorf("dest %s: packed, want a refusal", dest)
 		}
+	}
+}
+
+// TestPackCarriesAbsoluteAndHomeTargetsUnderReservedNames: a target at an
+// absolute path or under ~ travels as a relative name under RootDir or
+// HomeDir (which untar's rules accept), and Anchored reads it back.
+func TestPackCarriesAbsoluteAndHomeTargetsUnderReservedNames(t *testing.T) {
+	dir := t.TempDir()
+	testutil.WriteFiles(t, dir, map[string]string{"id_rsa": "key", "repo/main.py": "print(1)\n"})
+	var buf bytes.Buffer
+	_, err := Pack(&buf, []Source{
+		{Local: filepath.Join(dir, "id_rsa"), Dest: "/root/.ssh/id_rsa"},
+		{Local: filepath.Join(dir, "repo"), Dest: "/my-repo/"},
+		{Local: filepath.Join(dir, "id_rsa"), Dest: "~/.ssh/key"},
+		{Local: filepath.Join(dir, "repo"), Dest: "~"},
+		{Local: filepath.Join(dir, "id_rsa"), Dest: "conf/key"},
+	}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := untar.Check(bytes.NewReader(buf.Bytes()), untar.DefaultLimits); err != nil {
+		t.Fatalf("untar refuses the archive: %v", err)
+	}
+	out := t.TempDir()
+	if err := untar.Extract(bytes.NewReader(buf.Bytes()), out, untar.DefaultLimits, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := listTree(t, out)
+	want := []string{".gpud-home/.ssh/key", ".gpud-home/main.py", ".gpud-root/my-repo/main.py", ".gpud-root/root/.ssh/id_rsa", "conf/key"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("entries %v, want %v", got, want)
+	}
+	for name, want := range map[string]struct {
+		a    Anchor
+		rest string
+	}{
+		".gpud-root/root/.ssh/id_rsa": {AtRoot, "root/.ssh/id_rsa"},
+		".gpud-home/.ssh/key":         {AtHome, ".ssh/key"},
+		".gpud-home":                  {AtHome, "."},
+		"conf/key":                    {InWorkDir, "conf/key"},
+		".gpud-rootish/x":             {InWorkDir, ".gpud-rootish/x"},
+	} {
+		if a, rest := Anchored(name); a != want.a || rest != want.rest {
+			t.Errorf("Anchored(%q) = %v %q, want %v %q", name, a, rest, want.a, want.rest)
+		}
+	}
+	// A tree with a top-level directory of a reserved name is refused, not
+	// mistaken for a target outside the working directory.
+	testutil.WriteFiles(t, filepath.Join(dir, "sneaky"), map[string]string{".gpud-root/etc/passwd": "x"})
+	if _, err := Pack(&bytes.Buffer{}, []Source{{Local: filepath.Join(dir, "sneaky"), Dest: "."}}, Options{}); err == nil || !strings.Contains(err.Error(), "reserve") {
+		t.Errorf("a tree with a top-level .gpud-root: %v, want a refusal", err)
+	}
+	if _, err := Pack(&bytes.Buffer{}, []Source{{Local: filepath.Join(dir, "sneaky"), Dest: "sub"}}, Options{}); err != nil {
+		t.Errorf("the same tree under a path: %v, want it packed", err)
 	}
 }
 

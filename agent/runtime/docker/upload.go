@@ -17,6 +17,7 @@ import (
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/untar"
+	"gpud.dev/gpud/internal/upload"
 )
 
 // uploadWorkDir is the working directory of a job with an upload: its
@@ -29,11 +30,12 @@ func uploadWorkDir(spec api.JobSpec, cfg *container.Config) {
 }
 
 // copyUpload copies the job's upload (its run's repos and files) into the
-// created container under workDir, before it starts. The archive passes
-// untar's rules first (no absolute or ".." names, links relative and
-// inside, bounded); its entries are then re-rooted under workDir and
-// streamed to the engine, which writes them inside the container's own
-// filesystem, never the host's.
+// created container, before it starts: entries under workDir, or at the
+// absolute or ~/ target the run gave them (upload.Anchored). The archive
+// passes untar's rules first (no absolute or ".." names, links relative
+// and inside, bounded); its entries are then re-rooted and streamed to
+// the engine, which writes them inside the container's own filesystem,
+// never the host's.
 func (r *Runtime) copyUpload(ctx context.Context, containerID string, spec api.JobSpec, workDir string) error {
 	if spec.Upload == "" {
 		return nil
@@ -51,9 +53,18 @@ func (r *Runtime) copyUpload(ctx context.Context, containerID string, spec api.J
 	if err != nil {
 		return fmt.Errorf("the run's repos and files: %w", err)
 	}
+	home := ""
+	if needs, err := anchorsHome(name); err != nil {
+		return fmt.Errorf("upload %s: %w", spec.Upload, err)
+	} else if needs {
+		if home, err = r.containerHome(ctx, containerID); err != nil {
+			return fmt.Errorf("the run's repos and files under ~: %w", err)
+		}
+	}
+	dirs := rerootDirs{work: strings.TrimPrefix(path.Clean(workDir), "/"), home: strings.TrimPrefix(home, "/")}
 	owner := numericOwner(spec.User)
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(reroot(name, strings.TrimPrefix(path.Clean(workDir), "/"), owner, pw)) }()
+	go func() { pw.CloseWithError(reroot(name, dirs, owner, pw)) }()
 	_, err = r.cli.CopyToContainer(ctx, containerID, client.CopyToContainerOptions{DestinationPath: "/", Content: pr})
 	pr.CloseWithError(err)
 	if err != nil {
@@ -80,10 +91,47 @@ func numericOwner(user string) *[2]int {
 	return &[2]int{uid, gid}
 }
 
-// reroot writes the archive at name as a plain tar whose entries lie under
-// prefix (a relative path; "" or "." for the container's root), owned by
-// owner when not nil, the prefix directory itself included.
-func reroot(name, prefix string, owner *[2]int, w io.Writer) error {
+// rerootDirs are the container directories an upload's entries land
+// under, relative to the container's root: the working directory ("" or
+// "." for the root) and the job user's home ("" when no entry needs it).
+type rerootDirs struct{ work, home string }
+
+// entryName is where an (untar-checked) archive entry lands, relative to
+// the container's root; skip is true for an anchor's own directory entry
+// (the container's root or the home, which an upload never replaces).
+func (d rerootDirs) entryName(name string, isDir bool) (out string, skip bool, err error) {
+	clean := path.Clean(strings.TrimSuffix(name, "/"))
+	anchor, rest := upload.Anchored(clean)
+	base := d.work
+	switch anchor {
+	case upload.AtRoot:
+		base = ""
+	case upload.AtHome:
+		if d.home == "" {
+			return "", false, fmt.Errorf("entry %q: the job user's home is not known", name)
+		}
+		base = d.home
+	}
+	if anchor != upload.InWorkDir && rest == "." {
+		if !isDir {
+			return "", false, fmt.Errorf("entry %q would replace a directory the container needs", name)
+		}
+		return "", true, nil
+	}
+	out = path.Join(base, rest)
+	if out == "" || out == "." || path.IsAbs(out) || out == ".." || strings.HasPrefix(out, "../") {
+		return "", false, fmt.Errorf("entry %q does not name a path inside the container", name)
+	}
+	return out, false, nil
+}
+
+// reroot writes the archive at name as a plain tar whose entries lie where
+// dirs places them, owned by owner when not nil, the working directory
+// itself included. Each header is written anew with only a name, type,
+// link target, size, permission bits (no setuid, setgid or sticky), time
+// and owner: extended attributes or capabilities in an upload never reach
+// the engine.
+func reroot(name string, dirs rerootDirs, owner *[2]int, w io.Writer) error {
 	f, err := os.Open(name)
 	if err != nil {
 		return err
@@ -97,26 +145,33 @@ func reroot(name, prefix string, owner *[2]int, w io.Writer) error {
 	tr, tw := tar.NewReader(zr), tar.NewWriter(w)
 	own := func(h *tar.Header) {
 		if owner != nil {
-			h.Uid, h.Gid, h.Uname, h.Gname = owner[0], owner[1], "", ""
+			h.Uid, h.Gid = owner[0], owner[1]
 		}
 	}
-	if prefix != "" && prefix != "." && owner != nil {
-		h := &tar.Header{Typeflag: tar.TypeDir, Name: prefix + "/", Mode: 0o755}
+	if dirs.work != "" && dirs.work != "." && owner != nil {
+		h := &tar.Header{Typeflag: tar.TypeDir, Name: dirs.work + "/", Mode: 0o755}
 		own(h)
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
 	}
 	for {
-		h, err := tr.Next()
+		in, err := tr.Next()
 		if err == io.EOF {
 			return tw.Close()
 		}
 		if err != nil {
 			return err
 		}
-		dir := strings.HasSuffix(h.Name, "/")
-		h.Name = path.Join(prefix, h.Name)
+		dir := in.Typeflag == tar.TypeDir
+		out, skip, err := dirs.entryName(in.Name, dir)
+		if err != nil {
+			return err
+		}
+		if skip {
+			continue
+		}
+		h := &tar.Header{Typeflag: in.Typeflag, Name: out, Linkname: in.Linkname, Size: in.Size, Mode: in.Mode & 0o777, ModTime: in.ModTime, Uid: in.Uid, Gid: in.Gid}
 		if dir {
 			h.Name += "/"
 		}
