@@ -4,8 +4,9 @@ import (
 	"github.com/goccy/go-yaml/ast"
 )
 
-// GatewaySpec is an ingress for services: an instance in Region with a
-// public address, serving https://<run>.<Domain>.
+// GatewaySpec is an ingress for services, serving https://<run>.<Domain>.
+// In dstack it is an instance in Region on Backend; gpud serves it from the
+// server itself (gpud serve --domain), so Backend and Region are optional.
 type GatewaySpec struct {
 	Type         Kind              `json:"type"`
 	Name         string            `json:"name,omitempty"`
@@ -21,15 +22,16 @@ type GatewaySpec struct {
 }
 
 // Certificate says where a gateway's TLS certificate comes from: Let's
-// Encrypt (ACME, the default) or AWS Certificate Manager by ARN.
+// Encrypt (ACME, the default), AWS Certificate Manager by ARN, or none
+// (plain HTTP, as `certificate: null`).
 type Certificate struct {
-	Type string `json:"type"` // lets-encrypt or acm
+	Type string `json:"type"` // lets-encrypt, acm or none
 	ARN  string `json:"arn,omitempty"`
 }
 
 func (d *decoder) gateway(body ast.Node) *GatewaySpec {
 	g := &GatewaySpec{PublicIP: true, Replicas: 1, Certificate: &Certificate{Type: "lets-encrypt"}}
-	present := d.object(body, "", "a gateway", fields{
+	d.object(body, "", "a gateway", fields{
 		"type":    typeField(&g.Type, KindGateway),
 		"name":    func(n ast.Node, p string) { g.Name, _ = value(d, n, p, checkName) },
 		"backend": func(n ast.Node, p string) { g.Backend, _ = d.str(n, p) },
@@ -43,10 +45,10 @@ func (d *decoder) gateway(body ast.Node) *GatewaySpec {
 			}
 			c := &Certificate{}
 			cp := d.object(n, p, "a certificate", fields{
-				"type": func(n ast.Node, p string) { c.Type, _ = d.oneOf(n, p, "lets-encrypt", "acm") },
+				"type": func(n ast.Node, p string) { c.Type, _ = d.oneOf(n, p, "lets-encrypt", "acm", "none") },
 				"arn":  func(n ast.Node, p string) { c.ARN, _ = d.str(n, p) },
 			})
-			d.require(cp, n, p, "type", "use lets-encrypt, or acm with an arn")
+			d.require(cp, n, p, "type", "use lets-encrypt, none, or acm with an arn")
 			if c.Type == "acm" && c.ARN == "" {
 				d.errorAt(n, join(p, "arn"), "an acm certificate needs its ARN", "add `arn: arn:aws:acm:...`")
 			}
@@ -57,7 +59,5 @@ func (d *decoder) gateway(body ast.Node) *GatewaySpec {
 		"replicas":      func(n ast.Node, p string) { g.Replicas, _ = d.integer(n, p, 1, 16) },
 		"tags":          func(n ast.Node, p string) { g.Tags = d.tags(n, p) },
 	})
-	d.require(present, body, "", "backend", "name the backend to run the gateway on, like aws or gcp")
-	d.require(present, body, "", "region", "name the region, like eu-west-1")
 	return g
 }

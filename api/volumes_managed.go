@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -71,7 +72,7 @@ type Volume struct {
 	CreatedAt time.Time `json:"created_at"`
 	User      string    `json:"user,omitempty"`
 	// Configuration is the normalized volume configuration.
-	Configuration []byte `json:"configuration,omitempty"`
+	Configuration json.RawMessage `json:"configuration,omitempty"`
 }
 
 // ApplyVolume creates or updates a volume from its configuration.

@@ -91,6 +91,7 @@ func commands() []*cli.Command {
 		loginCommand(),
 		adminCommand(),
 		fleetCommand(),
+		gatewayCommand(),
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"gpud.dev/gpud/agent"
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/daemon"
+	"gpud.dev/gpud/proxy"
 )
 
 // serveCommand runs the server: HTTP API, scheduler loop, reconcilers and
@@ -43,6 +44,13 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "registration-listen", Usage: "accept `gpud agent --server` hosts over TLS on this address, like :8443 (docs/fleets.md)"},
 			&cli.StringFlag{Name: "registration-cert", Usage: "TLS certificate for --registration-listen (default: a self-signed one, its CA in DATA_DIR/registration-ca.pem)"},
 			&cli.StringFlag{Name: "registration-key", Usage: "private key of --registration-cert"},
+			&cli.StringFlag{Name: "domain", Usage: "serve services at https://<run>.<domain> (other projects' at <run>.<project>.<domain>) and the API at https://<domain>; needs a wildcard DNS record *.<domain> to this host (docs/gateway.md)"},
+			&cli.StringFlag{Name: "https-listen", Usage: "the gateway's HTTPS address (default :443 with --domain)"},
+			&cli.StringFlag{Name: "http-listen", Usage: "the gateway's plain-HTTP address: ACME HTTP-01 challenges and redirects to HTTPS (default :80 with --domain)"},
+			&cli.StringFlag{Name: "tls", Value: daemon.GatewayTLSACME, Usage: "the gateway's certificates: acme (from --acme-ca), internal (a CA of the server's own, for air-gapped sites: clients trust DATA_DIR/gateway-ca.pem, or `gpud gateway ca`), or none (plain HTTP)"},
+			&cli.StringFlag{Name: "acme-ca", Value: proxy.LetsEncryptCA, Usage: "ACME directory URL the gateway's certificates come from"},
+			&cli.StringFlag{Name: "acme-email", Usage: "contact address of the ACME account (expiry notices)"},
+			&cli.StringFlag{Name: "acme-ca-root", Usage: "PEM file of the root that the ACME directory's own HTTPS certificate chains to (a private ACME CA such as pebble)"},
 			&cli.DurationFlag{Name: "fair-share-window", Value: daemon.DefaultFairShareWindow, Usage: "time-based fair share: how far back queue usage counts (KAI's windowSize default, one week); see docs/scheduler.md"},
 			&cli.DurationFlag{Name: "fair-share-half-life", Value: daemon.DefaultFairShareHalfLife, Usage: "time-based fair share: usage weighs half as much this much later; 0 for no decay (KAI's default)"},
 			&cli.Float64Flag{Name: "fair-share-k", Value: daemon.DefaultFairShareK, Usage: "time-based fair share: how strongly past usage lowers a queue's over-quota share (KAI's kValue, default 1); 0 turns it off"},
@@ -76,6 +84,9 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 	if err != nil || maxUpload <= 0 {
 		return usageError(fmt.Errorf("serve: --max-upload-size %q: use a size like 100MB or 1GB", c.String("max-upload-size")))
 	}
+	if err := checkGatewayFlags(c); err != nil {
+		return err
+	}
 	srv, err := daemon.New(ctx, daemon.Options{
 		MaxUploadBytes: int64(maxUpload),
 		DataDir:        c.String("data-dir"), Listen: c.String("listen"), NoLocalAgent: c.Bool("no-local-agent"),
@@ -86,6 +97,8 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 		AllowPrivileged: c.Bool("allow-privileged"), VolumePrefixes: c.StringSlice("allow-volume-prefix"),
 		RegistrationListen: c.String("registration-listen"), RegistrationCert: c.String("registration-cert"), RegistrationKey: c.String("registration-key"),
 		FairShareWindow: window, FairShareHalfLife: halfLife, FairShareK: k,
+		Domain: c.String("domain"), HTTPSListen: c.String("https-listen"), HTTPListen: c.String("http-listen"),
+		GatewayTLS: c.String("tls"), ACMECA: c.String("acme-ca"), ACMEEmail: c.String("acme-email"), ACMECARoot: c.String("acme-ca-root"),
 	})
 	if err != nil {
 		return err

@@ -47,6 +47,44 @@ var otherKindRules = fieldRules{
 	"queue:reclaim_min_runtime": {Proof: []string{"daemon.TestFairShareSettingsReachTheSchedulerSnapshot", "sched/scenario.TestScenarios"}},
 
 	// volume: fields are in managedVolumeRules (volumes_managed_fields.go).
-	"gateway:": {All: &refusal{Why: "gateways are not managed yet: services are served by the server's own proxy",
-		Instead: "drop the gateway; services are reachable at /proxy/services/PROJECT/RUN/ on the server"}},
+	// A gateway is served by the server itself (gateway_tls.go,
+	// api_gateways.go): what would need a gateway instance is refused.
+	"gateway:type":    {Proof: []string{"daemon.TestGatewayApplyListDeleteAndDomainOwnership"}},
+	"gateway:name":    {Proof: []string{"daemon.TestGatewayApplyListDeleteAndDomainOwnership"}},
+	"gateway:default": {Proof: []string{"daemon.TestGatewayApplyListDeleteAndDomainOwnership", "daemon.TestGatewayServesServiceOverHTTPSWithACertificateFromPebble"}},
+	"gateway:domain":  {Proof: []string{"daemon.TestGatewayServesServiceOverHTTPSWithACertificateFromPebble"}},
+	"gateway:certificate": {Subtree: true, Proof: []string{"daemon.TestGatewayServesServiceOverHTTPSWithACertificateFromPebble", "daemon.TestGatewayWithoutCertificateServesPlainHTTP"},
+		Check: func(fc *fieldCheck, _ string) *refusal {
+			if c := fc.cfg.Gateway.Certificate; c != nil && c.Type == "acm" {
+				return &refusal{Why: "an AWS Certificate Manager certificate lives in AWS and only AWS load balancers serve it; gpud's gateway runs in the server",
+					Instead: "use certificate: {type: lets-encrypt} (the server's ACME CA, see gpud serve --acme-ca) or none"}
+			}
+			return nil
+		}},
+	"gateway:public_ip": {Proof: []string{"daemon.TestGatewayServesServiceOverHTTPSWithACertificateFromPebble"},
+		Check: func(fc *fieldCheck, _ string) *refusal {
+			if !fc.cfg.Gateway.PublicIP {
+				return &refusal{Why: "gpud's gateway is the server's own listener, reachable wherever gpud serve --https-listen binds it",
+					Instead: "drop public_ip and bind --https-listen and --http-listen to a private address"}
+			}
+			return nil
+		}},
+	"gateway:backend":       {All: gatewayInstanceRefusal},
+	"gateway:region":        {All: gatewayInstanceRefusal},
+	"gateway:instance_type": {All: gatewayInstanceRefusal},
+	"gateway:tags":          {All: gatewayInstanceRefusal},
+	"gateway:replicas": {Proof: []string{"daemon.TestGatewayApplyListDeleteAndDomainOwnership"},
+		Check: func(fc *fieldCheck, _ string) *refusal {
+			if fc.cfg.Gateway.Replicas > 1 {
+				return &refusal{Why: "gpud's gateway is the one server; it runs no gateway replicas",
+					Instead: "drop replicas (one gateway, the server, serves every service)"}
+			}
+			return nil
+		}},
 }
+
+// gatewayInstanceRefusal is why the fields of a gateway instance wait:
+// dstack creates a gateway VM on a cloud backend; gpud serves gateways
+// from the server and creates no instance.
+var gatewayInstanceRefusal = &refusal{Why: "gpud's gateway runs inside the server (gpud serve --domain): it creates no gateway instance on a cloud backend",
+	Instead: "drop backend, region, instance_type and tags; run gpud serve --domain on a host with a public address"}

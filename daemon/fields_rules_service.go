@@ -17,14 +17,12 @@ var serviceRules = fieldRules{
 	"service:port":         {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"}, Note: serviceNote},
 	"service:strip_prefix": {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"}},
 	"service:auth":         {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"}},
-	"service:gateway": {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"},
-		Check: func(fc *fieldCheck, _ string) *refusal {
-			if g := fc.cfg.Service.Gateway; g != nil && g.Use {
-				return gatewayRefusal("a gateway")
-			}
-			return nil // gateway: false is what the server's proxy does
-		}},
-	"service:https":       {All: gatewayRefusal("https")},
+	"service:gateway": {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy", "daemon.TestGatewayServesServiceOverHTTPSWithACertificateFromPebble"},
+		Check: checkServiceGateway},
+	// https: true is the default; false and auto serve the service over
+	// plain HTTP on the gateway's HTTP listener (auto: when its gateway
+	// has certificate: none), as api_gateways.go's serviceHosts says.
+	"service:https":       {Proof: []string{"daemon.TestGatewayWithoutCertificateServesPlainHTTP"}},
 	"service:scaling":     {All: gatewayRefusal("autoscaling on request rate")},
 	"service:rate_limits": {All: gatewayRefusal("rate limiting")},
 	"service:probes":      {All: gatewayRefusal("readiness probes through the proxy")},

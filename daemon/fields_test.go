@@ -131,7 +131,6 @@ var refusedSamples = map[string]string{
 	"dev-environment:version":          "type: dev-environment\nversion: 1.2.3\n",
 	"task:groups.python":               "type: task\ngroups:\n  - name: a\n    python: \"3.11\"\n    commands: [true]\n",
 	"task:groups.ports":                "type: task\ngroups:\n  - name: a\n    ports: [8000]\n    commands: [true]\n",
-	"service:https":                    "type: service\nport: 8000\ncommands: [true]\nhttps: false\n",
 	"service:scaling":                  "type: service\nport: 8000\ncommands: [true]\nscaling: {metric: rps, target: 10}\n",
 	"service:rate_limits":              "type: service\nport: 8000\ncommands: [true]\nrate_limits:\n  - rps: 1\n",
 	"service:probes":                   "type: service\nport: 8000\ncommands: [true]\nprobes:\n  - url: /health\n",
@@ -183,6 +182,10 @@ var refusedSamples = map[string]string{
 	"fleet:retry":                   "type: fleet\nname: f\nnodes: 0..2\nretry: true\n",
 	"fleet:tags":                    "type: fleet\nname: f\nnodes: 0..2\ntags: {a: b}\n",
 	"fleet:env":                     "type: fleet\nname: f\nnodes: 0..2\nenv: [A=1]\n",
+	"gateway:backend":               "type: gateway\nname: g\ndomain: g.example\nbackend: aws\n",
+	"gateway:region":                "type: gateway\nname: g\ndomain: g.example\nregion: eu-west-1\n",
+	"gateway:instance_type":         "type: gateway\nname: g\ndomain: g.example\ninstance_type: t3.small\n",
+	"gateway:tags":                  "type: gateway\nname: g\ndomain: g.example\ntags: {a: b}\n",
 	"volume:region":                 "type: volume\nname: v\nbackend: local\nregion: eu-west-1\n",
 	"volume:availability_zone":      "type: volume\nname: v\nbackend: local\navailability_zone: eu-west-1a\n",
 	"volume:volume_id":              "type: volume\nname: v\nbackend: local\nvolume_id: vol-123\n",
@@ -217,6 +220,9 @@ func TestRefusedFieldsAreRefusedByNameAtPlanTime(t *testing.T) {
 		endpoint, body := "/api/v1/projects/main/runs/plan", any(api.ApplyRunRequest{ApplyRequest: api.ApplyRequest{ConfigurationYAML: sample, Filename: "sample.yml"}})
 		if kind == "fleet" {
 			endpoint, body = "/api/v1/projects/main/fleets/apply", api.ApplyRequest{ConfigurationYAML: sample, Filename: "sample.yml"}
+		}
+		if kind == "gateway" {
+			endpoint, body = "/api/v1/projects/main/gateways/apply", api.ApplyRequest{ConfigurationYAML: sample, Filename: "sample.yml"}
 		}
 		if kind == "volume" {
 			endpoint, body = "/api/v1/projects/main/volumes/apply", api.ApplyRequest{ConfigurationYAML: sample, Filename: "sample.yml"}

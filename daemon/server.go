@@ -124,6 +124,20 @@ type Options struct {
 	RegistrationListen string
 	RegistrationCert   string
 	RegistrationKey    string
+	// Domain, when set, serves services at https://<run>.<Domain> (the
+	// default project's; another project's at <run>.<project>.<Domain>)
+	// and the API at https://<Domain>, on HTTPSListen (default :443) and
+	// HTTPListen (default :80: ACME HTTP-01 and redirects to HTTPS). See
+	// gateway_tls.go and docs/gateway.md.
+	Domain                  string
+	HTTPSListen, HTTPListen string
+	// GatewayTLS is how the gateway's certificates come: GatewayTLSACME
+	// (default), GatewayTLSInternal or GatewayTLSNone. ACMECA is the ACME
+	// directory (default Let's Encrypt), ACMEEmail its account contact,
+	// ACMECARoot a PEM file of the roots that the directory's HTTPS is
+	// trusted by (a private CA such as pebble).
+	GatewayTLS                    string
+	ACMECA, ACMEEmail, ACMECARoot string
 	// StateKey is the base64 of a 32-byte key that seals the state file
 	// instead of the key file beside it (default $GPUD_STATE_KEY, as
 	// `gpud admin` reads it); a malformed key fails New.
@@ -161,6 +175,8 @@ type Server struct {
 	dispatcher  *dispatcher
 	reconciler  *reconciler
 	hosts       *hosts
+	// gateway serves services at their hosts over HTTPS (gateway_tls.go).
+	gateway gatewayServer
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -256,6 +272,9 @@ func (s *Server) start(ctx context.Context) error {
 	s.listener = ln
 	s.url = "http://" + ln.Addr().String()
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if err := s.startGateway(ctx, h); err != nil {
+		return errors.Join(err, ln.Close())
+	}
 	return s.hosts.startRegistration()
 }
 
@@ -293,6 +312,7 @@ func (s *Server) Close() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := s.http.Shutdown(sctx)
+		err = errors.Join(err, s.closeGateway(sctx))
 		if s.hosts.registrationHTTP != nil {
 			err = errors.Join(err, s.hosts.registrationHTTP.Close())
 		}

@@ -41,8 +41,8 @@ func (ts *testServer) volumeNamed(project, name string) (api.Volume, bool) {
 	return ts.volumes(project)[i], true
 }
 
-// volumeDir is the local agent's directory of project's volume name.
-func (ts *testServer) volumeDir(project, name string) string {
+// volumeID is the id (the agent's directory name) of project's volume.
+func (ts *testServer) volumeID(project, name string) string {
 	ts.t.Helper()
 	rec, err := ts.store.Volumes().Get(volumeRecordID(project, name))
 	if err != nil {
@@ -52,7 +52,13 @@ func (ts *testServer) volumeDir(project, name string) string {
 	if err != nil {
 		ts.t.Fatal(err)
 	}
-	return filepath.Join(ts.opts.DataDir, "agent", "volumes", project, st.VolumeID)
+	return st.VolumeID
+}
+
+// volumeDir is the local agent's directory of project's volume name.
+func (ts *testServer) volumeDir(project, name string) string {
+	ts.t.Helper()
+	return filepath.Join(ts.opts.DataDir, "agent", "volumes", project, ts.volumeID(project, name))
 }
 
 // A volume applied once is made on the host of the first job that uses
@@ -229,5 +235,52 @@ func TestManagedVolumeAttacksAreRefused(t *testing.T) {
 	status, se = ts.call(alice, "POST", "/api/v1/projects/main/volumes/apply", api.ApplyRequest{ConfigurationYAML: "type: volume\nname: k\nbackend: kubernetes\nsize: 10GB\n", Filename: "k.yml"}, nil)
 	if status != http.StatusUnprocessableEntity || !strings.Contains(strings.Join(se.Errors, " "), "no kubernetes backend on this server") {
 		t.Errorf("a kubernetes volume: %d %q, want 422 naming the backend", status, se.Errors)
+	}
+}
+
+// With two Docker hosts, a volume of backend registered is made on the
+// registered host, not the server's, and the next run that uses it
+// follows it there, whatever host it would otherwise take.
+func TestManagedVolumeKeepsItsRunsOnItsHost(t *testing.T) {
+	bin := staticGpud(t)
+	ts := startContainerServer(t, Options{RegistrationListen: "127.0.0.1:0"})
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply",
+		api.ApplyRequest{ConfigurationYAML: "type: fleet\nname: far\nnodes: 0..1\n"}, nil)
+	var tok api.RegistrationToken
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/fleets/far/tokens", nil, &tok)
+	agentDir := t.TempDir()
+	_, out := testutil.RegisteringAgent{Bin: bin, URL: ts.RegistrationURL(), Token: tok.Token, CA: filepath.Join(ts.opts.DataDir, RegistrationCAFile),
+		FakeGPUs: "1xH100:80GB", Hostname: "far-host", DataDir: agentDir,
+		Args: []string{"--agent-id", "far-" + randomWord(t), "--runtime", "docker"}}.Start(t)
+	testutil.Eventually(t, 60*time.Second, func() error {
+		for _, h := range ts.candidateHosts("main") {
+			if h.fleetName == "far" && h.runtime == "docker" {
+				return nil
+			}
+		}
+		return fmt.Errorf("the far host has not registered with Docker; its output:\n%s", out)
+	})
+	v := ts.applyVolume(ts.admin, "main", "type: volume\nname: remote-data\nbackend: registered\n")
+	vol := "volumes:\n  - name: remote-data\n    path: /data\n"
+	run, _ := ts.runOutput("rw", "type: task\nname: rw\n"+vol+"commands:\n  - echo on-the-far-host > /data/f\n", "done")
+	v, _ = ts.volumeNamed("main", "remote-data")
+	if v.Instance == "" || len(run.Jobs) != 1 || run.Jobs[0].Instance != v.Instance || !strings.Contains(v.Instance, "far") {
+		t.Fatalf("volume %+v, run on %+v: want both on the registered host", v, run.Jobs)
+	}
+	id := ts.volumeID("main", "remote-data")
+	if b, err := os.ReadFile(filepath.Join(agentDir, "volumes", "main", id, "f")); err != nil || strings.TrimSpace(string(b)) != "on-the-far-host" {
+		t.Fatalf("the registered agent's volume directory lacks the file: %q %v", b, err)
+	}
+	// Two readers with no placement of their own: both follow the volume.
+	for _, name := range []string{"rr1", "rr2"} {
+		run, out := ts.runOutput(name, "type: task\nname: "+name+"\n"+vol+"commands:\n  - cat /data/f\n", "done")
+		if len(run.Jobs) != 1 || run.Jobs[0].Instance != v.Instance || !slices.Contains(out, "on-the-far-host") {
+			t.Fatalf("run %s on %+v printed %q: want it on the volume's host %s, reading what rw wrote", name, run.Jobs, out, v.Instance)
+		}
+	}
+	// Deleting it asks that host's agent to remove the directory.
+	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/projects/main/volumes/remote-data", nil, nil)
+	if _, err := os.Stat(filepath.Join(agentDir, "volumes", "main", id)); !os.IsNotExist(err) {
+		t.Fatalf("the registered host kept the deleted volume's directory: %v", err)
 	}
 }
