@@ -319,3 +319,8 @@ type AcceleratorMIG struct {
 type AgentError struct {
 	Error string `json:"error"`
 }
+
+// PortProtocol is the Upgrade token of the agent's port relay (GET
+// /api/v1/jobs/{id}/ports/{port}): after 101 the stream carries the bytes
+// of one TCP connection to the job's published port.
+const PortProtocol = "gpud-port/1"

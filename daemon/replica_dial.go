@@ -9,26 +9,23 @@ import (
 )
 
 // dialJobPort opens a connection to the port a job publishes (its
-// container port), wherever the job runs: directly on the server's own
-// host, through the agent's link elsewhere. The gateway's replicas dial
-// through it.
-//
-// TODO(issue 16): the relay through the agent; this first version reaches
-// only the server's own host.
+// container port), wherever the job runs: the job's agent dials the
+// port's host side on its own host and relays the bytes over the
+// server's authenticated link to it (agentclient.DialPort). One path for
+// every host — the server's own, an SSH fleet's, a registered one — so
+// no replica needs a port reachable from the server. The gateway's
+// replicas and the readiness probes dial through it.
 func (s *Server) dialJobPort(ctx context.Context, job store.Record, containerPort int) (net.Conn, error) {
-	js, err := s.jobSpec(job)
+	if job.Instance == "" {
+		return nil, fmt.Errorf("job %s is not placed on a host", job.ID)
+	}
+	link := s.agents.get(job.Instance)
+	if link == nil || link.client == nil || !s.dispatcher.hostServes(job.Instance, job.Project) {
+		return nil, fmt.Errorf("job %s: the host %s has no agent connected", job.ID, job.Instance)
+	}
+	conn, err := link.client.DialPort(ctx, job.ID, containerPort)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("job %s: port %d on %s: %w", job.ID, containerPort, job.Instance, err)
 	}
-	for _, p := range js.Ports {
-		if p.Container == containerPort && p.Host != 0 {
-			host := p.HostIP
-			if host == "" || host == "0.0.0.0" {
-				host = "127.0.0.1"
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", net.JoinHostPort(host, fmt.Sprint(p.Host)))
-		}
-	}
-	return nil, fmt.Errorf("job %s publishes no port %d", job.ID, containerPort)
+	return conn, nil
 }

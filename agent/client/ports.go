@@ -1,0 +1,160 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gpud.dev/gpud/api"
+)
+
+// DialPort opens one TCP connection, relayed by the agent, to the port
+// job jobID publishes for containerPort on the agent's host (GET
+// /api/v1/jobs/{id}/ports/{port}, upgraded to api.PortProtocol). The agent
+// refuses a port the job does not publish (400) and an unknown job (404);
+// the error is then an *Error with that status.
+func (c *Client) DialPort(ctx context.Context, jobID string, containerPort int) (net.Conn, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		c.base+"/api/v1/jobs/"+url.PathEscape(jobID)+"/ports/"+strconv.Itoa(containerPort), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", api.PortProtocol)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("agent port relay %s:%d: %w", jobID, containerPort, err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var e api.AgentError
+		if jsonErr := decodeError(b, &e); jsonErr != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return nil, &Error{Status: resp.StatusCode, Message: e.Error}
+	}
+	rwc, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		resp.Body.Close()
+		return nil, fmt.Errorf("agent port relay %s:%d: the transport cannot carry an upgraded stream", jobID, containerPort)
+	}
+	addr := relayAddr(jobID + "/" + strconv.Itoa(containerPort))
+	return &relayConn{rwc: rwc, remote: addr}, nil
+}
+
+// relayAddr names a relayed connection's far end: the job and its port.
+type relayAddr string
+
+func (a relayAddr) Network() string { return "gpud-relay" }
+func (a relayAddr) String() string  { return string(a) }
+
+// relayConn is an upgraded relay stream as a net.Conn. The stream offers
+// no deadlines of its own: a read or write deadline that passes closes
+// the stream, and every later read or write fails with
+// os.ErrDeadlineExceeded, so a caller's timeout still ends a stuck call
+// (the connection is not usable after it, unlike a socket's).
+type relayConn struct {
+	rwc    io.ReadWriteCloser
+	remote relayAddr
+
+	mu      sync.Mutex
+	timers  [2]*time.Timer // read, write
+	expired bool
+	once    sync.Once
+	err     error
+}
+
+var _ net.Conn = (*relayConn)(nil)
+
+func (c *relayConn) Read(p []byte) (int, error) {
+	if c.isExpired() {
+		return 0, os.ErrDeadlineExceeded
+	}
+	n, err := c.rwc.Read(p)
+	return n, c.mapErr(err)
+}
+
+func (c *relayConn) Write(p []byte) (int, error) {
+	if c.isExpired() {
+		return 0, os.ErrDeadlineExceeded
+	}
+	n, err := c.rwc.Write(p)
+	return n, c.mapErr(err)
+}
+
+func (c *relayConn) isExpired() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.expired
+}
+
+func (c *relayConn) mapErr(err error) error {
+	if err != nil && c.isExpired() {
+		return os.ErrDeadlineExceeded
+	}
+	return err
+}
+
+// Close ends the stream, and with it the relayed TCP connection.
+func (c *relayConn) Close() error {
+	c.once.Do(func() {
+		c.mu.Lock()
+		for _, t := range c.timers {
+			if t != nil {
+				t.Stop()
+			}
+		}
+		c.mu.Unlock()
+		c.err = c.rwc.Close()
+	})
+	return c.err
+}
+
+func (c *relayConn) LocalAddr() net.Addr  { return relayAddr("gateway") }
+func (c *relayConn) RemoteAddr() net.Addr { return c.remote }
+
+func (c *relayConn) SetDeadline(t time.Time) error {
+	c.setDeadline(0, t)
+	c.setDeadline(1, t)
+	return nil
+}
+func (c *relayConn) SetReadDeadline(t time.Time) error  { c.setDeadline(0, t); return nil }
+func (c *relayConn) SetWriteDeadline(t time.Time) error { c.setDeadline(1, t); return nil }
+
+// setDeadline arms direction i's deadline at t (the zero time disarms it).
+func (c *relayConn) setDeadline(i int, t time.Time) {
+	c.mu.Lock()
+	if c.timers[i] != nil {
+		c.timers[i].Stop()
+		c.timers[i] = nil
+	}
+	if t.IsZero() || c.expired {
+		c.mu.Unlock()
+		return
+	}
+	d := time.Until(t)
+	if d > 0 {
+		c.timers[i] = time.AfterFunc(d, c.expire)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.expire()
+}
+
+func (c *relayConn) expire() {
+	c.mu.Lock()
+	c.expired = true
+	c.mu.Unlock()
+	_ = c.Close()
+}
