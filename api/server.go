@@ -188,7 +188,9 @@ type RunPlan struct {
 	// Offers are the idle capacity matching one job's resources, best first.
 	Offers []Offer `json:"offers"`
 	// Action is "create", or "replace" when an active run has the name
-	// (apply with force replaces it).
+	// (apply with force replaces it), or "update" when that run is a
+	// running service this configuration changes: apply without force
+	// rolls it out replica by replica (docs/gateway.md).
 	Action string `json:"action"`
 	// Message says why the run cannot start now, if that is known; empty
 	// when offers exist.
@@ -271,6 +273,9 @@ type Job struct {
 	StartedAt   time.Time  `json:"started_at,omitzero"`
 	FinishedAt  time.Time  `json:"finished_at,omitzero"`
 	Resources   JobRequest `json:"resources"`
+	// Ready is set for a running service replica: whether it takes
+	// requests (it passed its probes and is not being replaced).
+	Ready *bool `json:"ready,omitempty"`
 }
 
 // JobRequest is what one job was scheduled with.

@@ -86,7 +86,11 @@ func printRuns(w io.Writer, runs []api.Run, now time.Time) error {
 			continue
 		}
 		for _, j := range r.Jobs {
-			t.row("  "+j.Name, "", "", jobResources(j.Resources), orDash(j.Instance), statusText(j.Status, j.Reason, j.WhyPending), ago(now, j.SubmittedAt), exitText(j.ExitCode))
+			status := statusText(j.Status, j.Reason, j.WhyPending)
+			if j.Ready != nil && !*j.Ready {
+				status += " (not ready: its probes have not passed, or it is being replaced)"
+			}
+			t.row("  "+j.Name, "", "", jobResources(j.Resources), orDash(j.Instance), status, ago(now, j.SubmittedAt), exitText(j.ExitCode))
 		}
 	}
 	return t.flush()

@@ -176,8 +176,11 @@ func (s *runSession) submit(ctx context.Context, req api.ApplyRunRequest) (*api.
 			return nil, usageError(errors.New("run: stdin is not a terminal, so gpud cannot ask [y/n] — pass -y to submit without asking"))
 		}
 		verb := "Submit"
-		if plan.Action == "replace" {
+		switch plan.Action {
+		case "replace":
 			verb = "Replace the active run with"
+		case "update":
+			verb = "Roll out to the running service"
 		}
 		if !ask(s.errw, fmt.Sprintf("%s the run %s?", verb, orDash(plan.Run.Name))) {
 			fmt.Fprintln(s.errw, "not submitted")

@@ -68,24 +68,15 @@ func (s *runsAPI) proxyService(w http.ResponseWriter, r *http.Request, run store
 	if err != nil {
 		return err
 	}
-	var targets []string
-	for _, j := range s.store.Jobs().ByRun(run.ID) {
-		if j.Status != store.JobRunning {
-			continue
-		}
-		js, err := s.jobSpec(j)
-		if err != nil {
-			return err // 500 naming the job: a replica the proxy cannot read
-		}
-		for _, p := range js.Ports {
-			if p.Host != 0 {
-				host := p.HostIP
-				if host == "" || host == "0.0.0.0" {
-					host = "127.0.0.1"
-				}
-				targets = append(targets, fmt.Sprintf("%s:%d", host, p.Host))
-				break
-			}
+	s.svc.counter.add(run.Project + "/" + run.Name)
+	targets, err := s.serviceTargets(run)
+	if err != nil {
+		return err
+	}
+	if len(targets) == 0 && s.scalesToZero(run) {
+		// Scale from zero: the request waits for the first replica.
+		if targets, err = s.waitColdStart(r.Context(), run); err != nil {
+			return err
 		}
 	}
 	if len(targets) == 0 {
@@ -111,6 +102,32 @@ func (s *runsAPI) proxyService(w http.ResponseWriter, r *http.Request, run store
 	}
 	rp.ServeHTTP(w, r)
 	return nil
+}
+
+// serviceTargets are the addresses of run's ready replicas (running and,
+// with probes, passing them: replicaReady).
+func (s *runsAPI) serviceTargets(run store.Record) ([]string, error) {
+	var targets []string
+	for _, j := range s.store.Jobs().ByRun(run.ID) {
+		if j.Status != store.JobRunning || !s.replicaReady(j.ID) {
+			continue
+		}
+		js, err := s.jobSpec(j)
+		if err != nil {
+			return nil, err // 500 naming the job: a replica the proxy cannot read
+		}
+		for _, p := range js.Ports {
+			if p.Host != 0 {
+				host := p.HostIP
+				if host == "" || host == "0.0.0.0" {
+					host = "127.0.0.1"
+				}
+				targets = append(targets, fmt.Sprintf("%s:%d", host, p.Host))
+				break
+			}
+		}
+	}
+	return targets, nil
 }
 
 // proxyCounter spreads requests over replicas.

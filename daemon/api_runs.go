@@ -89,6 +89,9 @@ func (s *runsAPI) handlePlanRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	if active != nil {
 		plan.Action = "replace"
+		if _, _, changed, ok, err := s.rollingTarget(sub); err == nil && ok && changed {
+			plan.Action = "update" // a rolling update (rollout.go); force replaces
+		}
 	}
 	var req0 taskRequest
 	if len(sub.jobs) > 0 {
@@ -118,6 +121,12 @@ func (s *runsAPI) handleApplyRun(w http.ResponseWriter, r *http.Request) error {
 	unlock := s.names.lock(project + "/" + sub.run.Name)
 	defer unlock()
 	if run, ok, err := s.applyPriorityInPlace(sub, user); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		return s.writeRun(w, http.StatusOK, run)
+	}
+	if run, ok, err := s.applyRollingUpdate(sub, user, req.Force); err != nil || ok {
 		if err != nil {
 			return err
 		}
@@ -358,6 +367,11 @@ func (s *runsAPI) runOut(run store.Record, jobs []store.Record) (api.Run, error)
 		if out.WhyPending == "" && js.WhyPending != "" {
 			out.WhyPending = js.WhyPending
 		}
+		var ready *bool
+		if st.Type == api.KindService && j.Status == store.JobRunning {
+			ok := s.replicaReady(j.ID)
+			ready = &ok
+		}
 		out.Jobs = append(out.Jobs, api.Job{
 			ID: j.ID, Name: j.Name, ReplicaNum: js.ReplicaNum, NodeRank: js.NodeRank, Group: js.Group, Status: j.Status,
 			Reason: j.Reason, WhyPending: js.WhyPending, Instance: j.Instance, GPUs: js.Devices,
@@ -365,6 +379,7 @@ func (s *runsAPI) runOut(run store.Record, jobs []store.Record) (api.Run, error)
 			FinishedAt: js.FinishedAt,
 			Resources: api.JobRequest{GPU: float64(js.Request.GPU) / 1000, GPUName: js.Request.GPUName,
 				CPU: float64(js.Request.CPU) / 1000, Memory: api.Size(js.Request.Memory)},
+			Ready: ready,
 		})
 	}
 	return out, nil

@@ -215,6 +215,9 @@ func (s *runsAPI) buildRun(project, user string, req api.ApplyRunRequest, cfg *a
 			return nil, err
 		}
 		jst := jobRecordSpec{ReplicaNum: n.replica, NodeRank: n.rank, NodesNum: replicaNodes, Group: n.group, Request: requestOf(n.res), Spec: js, SubmittedAt: now, NotBefore: notBefore}
+		if cfg.Service != nil {
+			jst.Probes = cfg.Service.Probes
+		}
 		// Only hosts that can honour privileged, python and volumes take the job.
 		jst.Request.Needs.Privileged = js.Privileged
 		image := js.Image != "" || (!s.opts.Embedded && s.opts.DefaultImage != "")

@@ -23,19 +23,14 @@ var serviceRules = fieldRules{
 	// plain HTTP on the gateway's HTTP listener (auto: when its gateway
 	// has certificate: none), as api_gateways.go's serviceHosts says.
 	"service:https":       {Proof: []string{"daemon.TestGatewayWithoutCertificateServesPlainHTTP"}},
-	"service:scaling":     {All: gatewayRefusal("autoscaling on request rate")},
+	"service:scaling":     {Subtree: true, Proof: []string{"daemon.TestServiceAutoscalesOnRequestRate", "daemon.TestServiceScalesToZeroAndWakesOnRequest"}},
 	"service:rate_limits": {All: gatewayRefusal("rate limiting")},
-	"service:probes":      {All: gatewayRefusal("readiness probes through the proxy")},
-	"service:replicas": {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"},
+	"service:probes":      {Subtree: true, Proof: []string{"daemon.TestServiceRollingUpdateKeepsTheOldVersionWhenProbesFail"}},
+	"service:replicas": {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy", "daemon.TestServiceAutoscalesOnRequestRate"},
 		Check: func(fc *fieldCheck, _ string) *refusal {
-			r := fc.cfg.Service.Replicas
-			if len(r.Groups) == 0 && isRangeCount(r.Count) {
-				return &refusal{Why: "a range of replicas needs autoscaling, which needs a gateway, and gpud has none yet",
-					Instead: "use a fixed number of replicas, like `replicas: 2`"}
-			}
-			for _, g := range r.Groups {
+			for _, g := range fc.cfg.Service.Replicas.Groups {
 				if isRangeCount(g.Count) {
-					return &refusal{Why: "a range of replicas needs autoscaling, which needs a gateway, and gpud has none yet",
+					return &refusal{Why: "a replica group's range needs autoscaling per group, which gpud does not do yet (a service's own `replicas: a..b` is autoscaled)",
 						Instead: "give each group a fixed count"}
 				}
 			}
@@ -51,7 +46,8 @@ var serviceRules = fieldRules{
 	"service:replicas.nvcc": {All: &refusal{Why: "a replica group's own nvcc is not applied yet",
 		Instead: "give the group an image with the CUDA compiler"}},
 	"service:replicas.docker":  {All: &refusal{Why: "Docker-in-Docker replica groups are not supported yet", Instead: "drop docker"}},
-	"service:replicas.scaling": {All: gatewayRefusal("autoscaling on request rate")},
+	"service:replicas.scaling": {All: &refusal{Why: "autoscaling per replica group is not done yet (a service's own `replicas: a..b` with `scaling` is autoscaled)",
+		Instead: "give each group a fixed count, or use one group of replicas with `replicas: a..b` and `scaling`"}},
 }
 
 func isRangeCount(r api.Range[int]) bool {

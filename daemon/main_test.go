@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == echoServeArg {
 		os.Exit(echoServe(os.Args[2]))
 	}
+	if len(os.Args) == 4 && os.Args[1] == replicaServeArg {
+		os.Exit(replicaServe(os.Args[2], os.Args[3]))
+	}
 	if len(os.Args) == 4 && os.Args[1] == modelServeArg {
 		os.Exit(modelServe(os.Args[2], os.Args[3]))
 	}

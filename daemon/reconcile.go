@@ -175,6 +175,9 @@ func (s *reconciler) runTransition(run store.Record, now time.Time) ([]store.Mut
 	}
 	status, reason := run.Status, run.Reason
 	switch {
+	case scaledToZero(st) && final == len(jobs):
+		// A service scaled to zero waits, running, for its next request.
+		status = store.RunRunning
 	case len(jobs) > 0 && final == len(jobs):
 		switch {
 		case st.StopCriteria == api.StopMasterDone && !st.Stop:
@@ -238,6 +241,9 @@ func (s *reconciler) runTransition(run store.Record, now time.Time) ([]store.Mut
 		if st.Inactivity > 0 {
 			s.watchInactivity(run.ID, st.Inactivity)
 		}
+	case st.Type == api.KindService && run.Status == store.RunRunning && !st.Stop:
+		// A running service stays running while replicas come and go
+		// (autoscaling, a rolling update: autoscale.go, rollout.go).
 	case counts[store.JobProvisioning]+counts[store.JobPulling]+counts[store.JobRunning] > 0:
 		status, reason = store.RunProvisioning, "starting on its hosts"
 	case counts[store.JobSubmitted] == len(jobs) && len(jobs) > 0 && notBefore.After(s.clock().Now()):
@@ -285,6 +291,9 @@ func (s *reconciler) requeueWith(run store.Record, st runState, jobs []store.Rec
 		js, err := jobSpecOf(j)
 		if err != nil {
 			return nil, err
+		}
+		if js.Retired {
+			continue // a replica scaled down or replaced stays stopped
 		}
 		nj := store.Record{Kind: store.KindJob, Project: j.Project, Run: j.Run, Name: j.Name, Queue: j.Queue, User: j.User, Sealed: j.Sealed,
 			Status: store.JobSubmitted, Reason: reason}

@@ -70,6 +70,9 @@ type runState struct {
 	// token); KeepPrefix one with strip_prefix: false.
 	OpenService bool `json:"open_service,omitempty"`
 	KeepPrefix  bool `json:"keep_prefix,omitempty"`
+	// Service is a service's replica count, deployment and rolling update
+	// (autoscale.go, rollout.go); nil until the first of them.
+	Service *serviceRunState `json:"service,omitempty"`
 }
 
 // jobRecordSpec is what the server keeps in a job record's Spec: the
@@ -108,6 +111,15 @@ type jobRecordSpec struct {
 	// NotBefore holds a scheduled (cron) job back from the scheduler
 	// until that time.
 	NotBefore time.Time `json:"not_before,omitzero"`
+	// Deployment is the service deployment the replica belongs to (a
+	// rolling update starts the next one); Retired marks a replica scaled
+	// down or replaced, which a retry does not start again.
+	Deployment int  `json:"deployment,omitempty"`
+	Retired    bool `json:"retired,omitempty"`
+	// Probes are a service replica's readiness probes (probes.go), kept
+	// with the replica: old and new replicas of a rolling update each
+	// answer their own.
+	Probes []api.Probe `json:"probes,omitempty"`
 }
 
 // taskRequest is one job's resource request in scheduler units.

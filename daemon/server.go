@@ -86,6 +86,10 @@ type Options struct {
 	// ShimCommand starts the process runtime's shim (tests set it; default
 	// this executable with "agent shim").
 	ShimCommand []string
+	// RolloutTimeout bounds how long a service's rolling update waits for
+	// its new replicas to be ready before it gives up and keeps the old
+	// ones (default 15m).
+	RolloutTimeout time.Duration
 	// ResyncInterval is the safety-net period of the reconcilers
 	// (default 30s); the hot path is driven by the change feed.
 	ResyncInterval time.Duration
@@ -161,6 +165,8 @@ type Server struct {
 	working tracker
 	names   nameLocks
 	proxyRR proxyCounter
+	// svc is the service loop's memory (autoscale.go, probes.go).
+	svc services
 	// schedWake wakes the scheduler loop (buffer 1: wake-ups coalesce).
 	schedWake chan struct{}
 	// specs caches decoded run and job specs for hot reads.
@@ -253,7 +259,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.reconciler.adoptJobs(ctx)
 	s.hosts.resumeSSHFleets()
-	for _, loop := range []func(context.Context){s.reconciler.feedLoop, s.scheduler.schedulerLoop, s.scheduler.usageLoop, s.volumeCleanupLoop} {
+	for _, loop := range []func(context.Context){s.reconciler.feedLoop, s.scheduler.schedulerLoop, s.scheduler.usageLoop, s.serviceLoop, s.volumeCleanupLoop} {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

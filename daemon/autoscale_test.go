@@ -1,0 +1,116 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServiceAutoscalesOnRequestRate: a service with `replicas: 1..2`
+// and `scaling` goes to 2 replicas once the gateway's rate (15 requests/s
+// against a target of 10 per replica) held for scale_up_delay, and back
+// to 1 after scale_down_delay without load; each decision is an event of
+// the run with the measured rate, and the count is kept in the run.
+func TestServiceAutoscalesOnRequestRate(t *testing.T) {
+	ts := startServer(t, "")
+	rates := &fakeRates{}
+	ts.setRequestRates(rates)
+	port := freeLoopbackPort(t)
+	ts.submit(replicaService(echoBinary(t), "auto", port, "v1",
+		"replicas: 1..2\nscaling: {metric: rps, target: 10, window: 1s, scale_up_delay: 1s, scale_down_delay: 1s}\n"))
+	ts.waitRun("auto", "running", "", 60*time.Second)
+	ts.waitReplicas("auto", 1, 30*time.Second)
+
+	rates.set("main/auto", 15)
+	ts.waitReplicas("auto", 2, 60*time.Second)
+	up := ts.waitEvent("auto", 10*time.Second, "autoscaled from 1 to 2 replicas", "requests/s over 1s", "target 10")
+	if !strings.Contains(up.Reason, "15.00 requests/s") {
+		t.Errorf("the scale-up event does not carry the measured rate: %q", up.Reason)
+	}
+	if b := ts.body200(t, "/proxy/services/main/auto/", 30*time.Second); !strings.Contains(b, "version=v1") {
+		t.Errorf("the service answered %q", b)
+	}
+	if r := ts.getRun("auto"); r.Status != "running" {
+		t.Errorf("the run is %s (%s) while it scales, want running", r.Status, r.Reason)
+	}
+
+	rates.set("main/auto", 0)
+	ts.waitReplicas("auto", 1, 60*time.Second)
+	down := ts.waitEvent("auto", 10*time.Second, "autoscaled from 2 to 1 replicas")
+	if !strings.Contains(down.Reason, "0.00 requests/s") {
+		t.Errorf("the scale-down event does not carry the measured rate: %q", down.Reason)
+	}
+	run, err := ts.store.Runs().Get(ts.getRun("auto").ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := runSpecOf(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Service == nil || st.Service.Replicas != 1 || !st.Service.Scaled {
+		t.Errorf("the run keeps the replica count %+v, want 1 (scaled)", st.Service)
+	}
+}
+
+// TestServiceScalesToZeroAndWakesOnRequest: a service with `replicas:
+// 0..1` goes to zero replicas after scale_down_delay without requests
+// and stays running; a request through the proxy then waits while one
+// replica starts (scale from zero), and is answered by it.
+func TestServiceScalesToZeroAndWakesOnRequest(t *testing.T) {
+	ts := startServer(t, "")
+	port := freeLoopbackPort(t)
+	// Its probe tells when the woken replica listens.
+	ts.submit(replicaService(echoBinary(t), "zero", port, "v1",
+		"replicas: 0..1\nscaling: {metric: rps, target: 10, window: 1s, scale_up_delay: 1h, scale_down_delay: 1s}\n"+
+			"probes:\n  - {url: /health, method: post, headers: [{name: X-Probe, value: gpud}], body: ping, interval: 1s}\n"))
+	ts.waitRun("zero", "running", "", 60*time.Second)
+	ts.waitEvent("zero", 60*time.Second, "scaled to zero", "0.00 requests/s over 1s")
+	ts.waitReplicas("zero", 0, 30*time.Second)
+	if r := ts.getRun("zero"); r.Status != "running" || !strings.Contains(r.Reason, "scaled to zero") {
+		t.Errorf("a service scaled to zero is %s (%s), want running, saying it scaled to zero", r.Status, r.Reason)
+	}
+
+	// One request wakes it and gets its answer (the cold-start hold).
+	code, body := ts.proxyGet("/proxy/services/main/zero/", "")
+	if code != 200 || !strings.Contains(body, "version=v1") {
+		t.Fatalf("a request to the service scaled to zero: %d %q, want the new replica's answer", code, body)
+	}
+	ts.waitEvent("zero", 10*time.Second, "scaled from zero to 1 replica")
+	ts.waitReplicas("zero", 1, 10*time.Second)
+}
+
+// TestScaleFromZeroAsksForOneReplica: the gateway's seam asks for one
+// replica of a service scaled to zero, at once, and only one however
+// often it is called; a service with a fixed count is left alone.
+func TestScaleFromZeroAsksForOneReplica(t *testing.T) {
+	ts := startServer(t, "")
+	port := freeLoopbackPort(t)
+	ts.submit(replicaService(echoBinary(t), "seam", port, "v1",
+		"replicas: 0..2\nscaling: {metric: rps, target: 10, window: 1s, scale_up_delay: 1h, scale_down_delay: 1s}\n"))
+	ts.waitEvent("seam", 60*time.Second, "scaled to zero")
+	ts.waitReplicas("seam", 0, 30*time.Second)
+	for range 3 {
+		if err := ts.scaleFromZero(t.Context(), "main", "seam"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts.waitReplicas("seam", 1, 30*time.Second)
+	if err := ts.scaleFromZero(t.Context(), "main", "nosuch"); err == nil {
+		t.Error("scaleFromZero of an unknown run did not fail")
+	}
+}
+
+func TestDesiredReplicas(t *testing.T) {
+	for _, c := range []struct {
+		rate, target float64
+		lo, hi, want int
+	}{
+		{0, 10, 0, 3, 0}, {0, 10, 1, 3, 1}, {10, 10, 0, 3, 1}, {10.5, 10, 0, 3, 2},
+		{15, 10, 1, 2, 2}, {100, 10, 1, 3, 3}, {0.01, 10, 0, 3, 1},
+	} {
+		if got := desiredReplicas(c.rate, c.target, c.lo, c.hi); got != c.want {
+			t.Errorf("desiredReplicas(%g, %g, %d, %d) = %d, want %d", c.rate, c.target, c.lo, c.hi, got, c.want)
+		}
+	}
+}
