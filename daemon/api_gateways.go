@@ -50,7 +50,8 @@ func gatewayOf(r store.Record) (gatewayView, error) {
 }
 
 // gatewaysOf lists a project's readable gateways ("" lists every
-// project's); a corrupt one is logged and left out.
+// project's), each decoded once per record version; a corrupt one is
+// logged and left out.
 func (s *Server) gatewaysOf(project string) []gatewayView {
 	recs := s.store.Gateways().List()
 	if project != "" {
@@ -58,10 +59,9 @@ func (s *Server) gatewaysOf(project string) []gatewayView {
 	}
 	out := make([]gatewayView, 0, len(recs))
 	for _, r := range recs {
-		g, err := gatewayOf(r)
+		g, err := cachedFor(s, r, "gateway-view", gatewayOf)
 		if err != nil {
-			s.log.Error().Err(err).Str("gateway", r.ID).Msg("gateway record does not decode; it serves nothing")
-			continue
+			continue // logged once per record version by cachedFor: it serves nothing
 		}
 		out = append(out, g)
 	}
@@ -106,6 +106,26 @@ type serviceGatewayFields struct {
 	HTTPS   *json.RawMessage `json:"https"`
 }
 
+// serviceGatewayChoice is a run's gateway and https fields, decoded once
+// per run record version.
+type serviceGatewayChoice struct {
+	service bool
+	choice  *api.ServiceGateway
+	noHTTPS bool
+}
+
+func serviceChoiceOf(r store.Record) (serviceGatewayChoice, error) {
+	rs, err := decodeSpec[runState](r)
+	if err != nil || rs.Type != api.KindService {
+		return serviceGatewayChoice{}, err
+	}
+	choice, noHTTPS, err := serviceChoice(rs)
+	if err != nil {
+		return serviceGatewayChoice{}, &corruptRecordError{Kind: r.Kind, ID: r.ID, Part: "spec", Err: err}
+	}
+	return serviceGatewayChoice{service: true, choice: choice, noHTTPS: noHTTPS}, nil
+}
+
 // serviceChoice reads a service run's gateway field from its stored
 // configuration (nil: the field is not set) and whether it asks for
 // plain HTTP (https: false).
@@ -138,20 +158,15 @@ func serviceChoice(rs runState) (choice *api.ServiceGateway, noHTTPS bool, err e
 // false); none when the service uses no gateway.
 // The gateway's Resolver builds proxy.Service.Hosts with it.
 func (s *Server) serviceHosts(project string, run store.Record) (hosts []string, plain bool) {
-	rs, err := s.runSpec(run)
-	if err != nil || rs.Type != api.KindService {
-		return nil, false
+	sc, err := cachedFor(s, run, "service-gateway", serviceChoiceOf)
+	if err != nil || !sc.service {
+		return nil, false // a corrupt record is logged once by cachedFor
 	}
-	choice, noHTTPS, err := serviceChoice(rs)
-	if err != nil {
-		s.log.Error().Err(err).Str("run", run.ID).Msg("service configuration does not decode; no gateway serves it")
-		return nil, false
-	}
-	g, ok := s.serviceGateway(project, choice)
+	g, ok := s.serviceGateway(project, sc.choice)
 	if !ok || g.Domain == "" {
 		return nil, false
 	}
-	return []string{strings.ToLower(run.Name) + "." + g.Domain}, g.Plain || noHTTPS
+	return []string{strings.ToLower(run.Name) + "." + g.Domain}, g.Plain || sc.noHTTPS
 }
 
 // serviceAtHost finds the active service that host (lower case, no port)

@@ -15,7 +15,8 @@ import (
 // decode a fresh copy with jobSpecOf or runSpecOf).
 type specCache struct {
 	mu sync.Mutex
-	m  map[string]cachedSpec
+	// m holds, per record, one decoding per tag of its current version.
+	m map[string][]cachedSpec
 }
 
 type cachedSpec struct {
@@ -38,20 +39,32 @@ func cachedSpecOf[T any](c *specCache, r store.Record) (v T, fresh bool, err err
 // cache, beside the plain Spec decoding).
 func cachedOf[T any](c *specCache, r store.Record, tag string, decode func(store.Record) (T, error)) (v T, fresh bool, err error) {
 	key := string(r.Kind) + "/" + r.ID
+	current := func(e cachedSpec) bool { return e.version == r.Version && e.updated.Equal(r.UpdatedAt) }
 	c.mu.Lock()
-	e, ok := c.m[key]
-	c.mu.Unlock()
-	if ok && e.version == r.Version && e.updated.Equal(r.UpdatedAt) && e.tag == tag {
-		if v, ok := e.v.(T); ok {
-			return v, false, e.err
+	for _, e := range c.m[key] {
+		if e.tag == tag && current(e) {
+			if v, ok := e.v.(T); ok {
+				c.mu.Unlock()
+				return v, false, e.err
+			}
 		}
 	}
+	c.mu.Unlock()
 	v, err = decode(r)
 	c.mu.Lock()
 	if c.m == nil {
-		c.m = map[string]cachedSpec{}
+		c.m = map[string][]cachedSpec{}
 	}
-	c.m[key] = cachedSpec{version: r.Version, updated: r.UpdatedAt, tag: tag, v: v, err: err}
+	// Keep the other tags' decodings of this version (a run is read as
+	// its Spec, by the gateway and by the model routes on one request):
+	// one tag must not evict another.
+	var keep []cachedSpec
+	for _, e := range c.m[key] {
+		if e.tag != tag && current(e) {
+			keep = append(keep, e)
+		}
+	}
+	c.m[key] = append(keep, cachedSpec{version: r.Version, updated: r.UpdatedAt, tag: tag, v: v, err: err})
 	c.mu.Unlock()
 	return v, true, err
 }
