@@ -59,6 +59,23 @@ commands:
 	if strings.Contains(out, ".gpud-") {
 		t.Errorf("a reserved archive name shows in the working directory")
 	}
+	// A user whose home ~ cannot name (the test image's nobody has /)
+	// fails at start with the reason, rather than get the file elsewhere.
+	ts.uploadRun(`type: task
+name: dnohome
+user: "65534:65534"
+files:
+  - app.json:~/.config/app.json
+commands:
+  - cat /.config/app.json
+`+smallResources, base)
+	run = ts.waitRunEnd("dnohome", 90*time.Second)
+	t.Logf("run dnohome: %s (%s)", run.Status, run.Reason)
+	if run.Status != "failed" || !strings.Contains(run.Reason+strings.Join(ts.runLogs("dnohome"), "\n"), "home") {
+		var full api.Run
+		ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/runs/dnohome", nil, &full)
+		t.Errorf("a ~ target for a user without a home: run %s (%s), jobs %+v; want failed naming the home", run.Status, run.Reason, full.Jobs)
+	}
 }
 
 // TestAbsoluteUploadTargetsAreRefusedOnTheProcessRuntime: the process
