@@ -177,8 +177,8 @@ func TestManagedVolumeSizeKeepsItOffHostsWithLessFreeDisk(t *testing.T) {
 	ts.submit("type: task\nname: big\nvolumes:\n  - name: huge\n    path: /data\ncommands: [true]\n")
 	testutil.Eventually(t, 30*time.Second, func() error {
 		r := ts.getRun("big")
-		if r.Status != store.RunSubmitted || !strings.Contains(r.WhyPending, "free disk") || !strings.Contains(r.WhyPending, "volume huge") {
-			return fmt.Errorf("run big is %s (%s), want submitted, waiting for free disk for volume huge", r.Status, r.WhyPending)
+		if finishedRun(r.Status) || r.Status == store.RunRunning || !strings.Contains(r.WhyPending, "900TB of free disk") || !strings.Contains(r.WhyPending, "volume huge") {
+			return fmt.Errorf("run big is %s (%s), want it waiting for 900TB of free disk for volume huge", r.Status, r.WhyPending)
 		}
 		return nil
 	})
