@@ -19,6 +19,8 @@ type GatewaySpec struct {
 	InstanceType string            `json:"instance_type,omitempty"`
 	Replicas     int               `json:"replicas"`
 	Tags         map[string]string `json:"tags,omitempty"`
+	// Router is dstack 0.20's router on the gateway (api/router.go).
+	Router *GatewayRouter `json:"router,omitempty"`
 }
 
 // Certificate says where a gateway's TLS certificate comes from: Let's
@@ -58,6 +60,7 @@ func (d *decoder) gateway(body ast.Node) *GatewaySpec {
 		"instance_type": func(n ast.Node, p string) { g.InstanceType, _ = d.str(n, p) },
 		"replicas":      func(n ast.Node, p string) { g.Replicas, _ = d.integer(n, p, 1, 16) },
 		"tags":          func(n ast.Node, p string) { g.Tags = d.tags(n, p) },
+		"router":        func(n ast.Node, p string) { g.Router = d.gatewayRouter(n, p) },
 	})
 	return g
 }

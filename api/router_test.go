@@ -68,6 +68,16 @@ groups:
 			t.Errorf("model %+v", s.Model)
 		}
 	})
+	t.Run("gateway router", func(t *testing.T) {
+		cfg, err := Parse("g.yml", []byte("type: gateway\nname: g\nbackend: aws\nregion: r\ndomain: d.example\nrouter:\n  type: sglang\n  policy: power_of_two\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRoundTrip(t, "g.yml", cfg)
+		if r := cfg.Gateway.Router; r == nil || *r != (GatewayRouter{Type: "sglang", Policy: "power_of_two"}) {
+			t.Errorf("gateway router %+v", r)
+		}
+	})
 }
 
 // TestRouterMistakesAreReportedAtTheirField checks dstack's rules on

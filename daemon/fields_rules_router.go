@@ -17,6 +17,9 @@ var routerRules = fieldRules{
 		Why: "a router replica group needs the server to send the service's traffic to the router only and to register the other groups' replicas with it " +
 			"(SGLang's /workers API; DSTACK_ROUTER_INTERNAL_IP for Dynamo's workers), which gpud does not do yet",
 		Instead: "start the router and its workers together in one replica group's commands, or drop router and let the gateway balance the replicas"}},
+	"gateway:router": {All: &refusal{
+		Why:     "a gateway's router is dstack 0.20's (dropped in 0.21): the gateway ran SGLang's router for the services that asked for it, and gpud's gateway runs none",
+		Instead: "drop router; the gateway balances each service's replicas itself (least outstanding requests)"}},
 	"service:replicas.spot_policy": {All: &refusal{Why: "a replica group's own spot policy is not applied yet",
 		Instead: "set spot_policy for the whole service"}},
 	"service:replicas.reservation": {All: &refusal{Why: "no host belongs to a cloud reservation: gpud has no cloud backend until backend plugins land",

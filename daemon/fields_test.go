@@ -184,6 +184,7 @@ var refusedSamples = map[string]string{
 	"gateway:region":                "type: gateway\nname: g\ndomain: g.example\nregion: eu-west-1\n",
 	"gateway:instance_type":         "type: gateway\nname: g\ndomain: g.example\ninstance_type: t3.small\n",
 	"gateway:tags":                  "type: gateway\nname: g\ndomain: g.example\ntags: {a: b}\n",
+	"gateway:router":                "type: gateway\nname: g\ndomain: g.example\nrouter: {type: sglang, policy: round_robin}\n",
 	"volume:region":                 "type: volume\nname: v\nbackend: local\nregion: eu-west-1\n",
 	"volume:availability_zone":      "type: volume\nname: v\nbackend: local\navailability_zone: eu-west-1a\n",
 	"volume:volume_id":              "type: volume\nname: v\nbackend: local\nvolume_id: vol-123\n",
