@@ -61,7 +61,7 @@ func (r *Runtime) copyUpload(ctx context.Context, containerID string, spec api.J
 			return fmt.Errorf("the run's repos and files under ~: %w", err)
 		}
 	}
-	dirs := rerootDirs{work: strings.TrimPrefix(path.Clean(workDir), "/"), home: strings.TrimPrefix(home, "/")}
+	dirs := rerootDirs{work: strings.TrimPrefix(path.Clean(workDir), "/"), home: strings.TrimPrefix(home, "/"), mounts: mountTargets(spec)}
 	owner := numericOwner(spec.User)
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(reroot(name, dirs, owner, pw)) }()
@@ -93,8 +93,27 @@ func numericOwner(user string) *[2]int {
 
 // rerootDirs are the container directories an upload's entries land
 // under, relative to the container's root: the working directory ("" or
-// "." for the root) and the job user's home ("" when no entry needs it).
-type rerootDirs struct{ work, home string }
+// "." for the root) and the job user's home ("" when no entry needs it);
+// mounts are the container paths of the job's host mounts (relative to
+// the root too), where an absolute or ~/ target may not land.
+type rerootDirs struct {
+	work, home string
+	mounts     []string
+}
+
+// mountTargets lists where the job's host directories and files are
+// mounted in its container: an upload's absolute target there would make
+// the engine write on the host, so it is refused.
+func mountTargets(spec api.JobSpec) []string {
+	out := []string{strings.TrimPrefix(hostfileInContainer, "/")}
+	for _, v := range spec.Volumes {
+		out = append(out, strings.TrimPrefix(path.Clean(v.Path), "/"))
+	}
+	if spec.GPUs.MPSPipeDir != "" {
+		out = append(out, strings.TrimPrefix(path.Clean(spec.GPUs.MPSPipeDir), "/"))
+	}
+	return out
+}
 
 // entryName is where an (untar-checked) archive entry lands, relative to
 // the container's root; skip is true for an anchor's own directory entry
@@ -121,6 +140,13 @@ func (d rerootDirs) entryName(name string, isDir bool) (out string, skip bool, e
 	out = path.Join(base, rest)
 	if out == "" || out == "." || path.IsAbs(out) || out == ".." || strings.HasPrefix(out, "../") {
 		return "", false, fmt.Errorf("entry %q does not name a path inside the container", name)
+	}
+	if anchor != upload.InWorkDir {
+		for _, m := range d.mounts {
+			if out == m || strings.HasPrefix(out, m+"/") || m == "" {
+				return "", false, fmt.Errorf("the target /%s lies in /%s, a directory of the host mounted into the job; repos and files land in the container's own filesystem (write there from the job's commands instead)", out, m)
+			}
+		}
 	}
 	return out, false, nil
 }

@@ -83,6 +83,14 @@ func TestRerootPlacesAbsoluteAndHomeTargetsAndDropsSpecialBits(t *testing.T) {
 	if err := reroot(name, rerootDirs{work: "workflow"}, nil, io.Discard); err == nil {
 		t.Error("an entry under ~ with no home: rerooted, want an error")
 	}
+	// An absolute target in a host mount (a volume, the hostfile) is
+	// refused: the engine would write it on the host.
+	for _, target := range []string{".gpud-root/data/cache/x", ".gpud-root/gpud/mpi_hostfile"} {
+		mounted := writeArchive(t, []*tar.Header{{Typeflag: tar.TypeReg, Name: target, Mode: 0o644}})
+		if err := reroot(mounted, rerootDirs{work: "w", mounts: []string{"data/cache", "gpud/mpi_hostfile"}}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "mounted") {
+			t.Errorf("%s into a host mount: %v, want a refusal", target, err)
+		}
+	}
 	// A file in place of the home directory itself is refused.
 	bad := writeArchive(t, []*tar.Header{{Typeflag: tar.TypeReg, Name: ".gpud-home", Mode: 0o644}})
 	if err := reroot(bad, rerootDirs{work: "w", home: "root"}, nil, io.Discard); err == nil {
