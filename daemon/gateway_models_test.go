@@ -225,3 +225,54 @@ func TestModelFormatTGIIsRefusedByName(t *testing.T) {
 		t.Errorf("plan of a tgi model: %d %s %q, want 422 naming model at line 4 with format openai instead", status, se.Code, se.Errors)
 	}
 }
+
+// TestModelEndpointIsServedAtGatewayDotDomain: as dstack's gateway, the
+// server serves a project's model endpoint at gateway.<domain> over HTTPS
+// (the default project at the server's domain, a project's gateway at
+// its own), with a certificate for that host only, and the same token
+// checks as /proxy/models/.
+func TestModelEndpointIsServedAtGatewayDotDomain(t *testing.T) {
+	ts := startServerWith(t, Options{Runtime: "process", Domain: "gpud.test", GatewayTLS: GatewayTLSInternal,
+		HTTPSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
+	if status, se, _ := applyGateway(ts, "main", "type: gateway\nname: g\ndomain: models.example\n"); status != http.StatusOK {
+		t.Fatalf("apply the gateway: %d %s", status, se.Error())
+	}
+	port := freeLoopbackPort(t)
+	ts.submit(modelServiceConfig(echoBinary(t), "llama", "meta/llama", port, "gateway: false\n"))
+	ts.waitRun("llama", "running", "", 60*time.Second)
+	cl := gatewayClient(t, ts.GatewayCACertPEM(), ts.GatewayHTTPSAddr())
+	do := func(method, url, token, body string) (int, string) {
+		req, err := http.NewRequest(method, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, readAll(t, resp)
+	}
+	for _, host := range []string{"gateway.gpud.test", "gateway.models.example"} {
+		testutil.Eventually(t, 30*time.Second, func() error {
+			status, body := do("POST", "https://"+host+"/v1/chat/completions", ts.admin, `{"model":"meta/llama"}`)
+			if status != http.StatusOK || !strings.Contains(body, `"served_by":"llama"`) {
+				return fmt.Errorf("%s: %d %s", host, status, body)
+			}
+			return nil
+		})
+		// dstack's base URL is the host itself: /chat/completions, /models.
+		if status, body := do("GET", "https://"+host+"/models", ts.admin, ""); status != http.StatusOK || !strings.Contains(body, `"id":"meta/llama"`) {
+			t.Errorf("%s/models: %d %s", host, status, body)
+		}
+		if status, body := do("POST", "https://"+host+"/chat/completions", "", `{"model":"meta/llama"}`); status != http.StatusUnauthorized || strings.Contains(body, "served_by") {
+			t.Errorf("%s without a token: %d %s, want 401", host, status, body)
+		}
+	}
+	// Another project's name under the server's domain: no such project,
+	// no certificate; nor for a label other than gateway.
+	noCertificateFor(t, ts.GatewayHTTPSAddr(), "gateway.nosuchproject.gpud.test")
+	noCertificateFor(t, ts.GatewayHTTPSAddr(), "models.models.example")
+}

@@ -227,6 +227,9 @@ func (s *Server) closeGateway(ctx context.Context) error {
 // the server's domain too).
 func (s *Server) gatewayFront(api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.serveModelsHost(w, r, api) { // gateway.<domain>: gateway_models.go
+			return
+		}
 		run, _, ok := s.serviceAtHost(requestHost(r))
 		if !ok {
 			api.ServeHTTP(w, r)
@@ -257,20 +260,27 @@ func requestHost(r *http.Request) string {
 // plainHost reports whether host is a service's served over plain HTTP
 // (its gateway says certificate: none).
 func (s *Server) plainHost(host string) bool {
+	if _, plain, ok := s.modelsAtHost(host); ok {
+		return plain
+	}
 	_, plain, ok := s.serviceAtHost(host)
 	return ok && plain
 }
 
 // allowCertificate is the certificate manager's on-demand decision: the
-// server's own domain (the API over HTTPS) and the hosts of active
-// services with a certificate; nothing else, so an arbitrary SNI never
-// makes an order.
+// server's own domain (the API over HTTPS), the hosts of active services
+// with a certificate, and the projects' model endpoint hosts
+// (gateway.<domain>); nothing else, so an arbitrary SNI never makes an
+// order.
 func (s *Server) allowCertificate(_ context.Context, name string) error {
 	if name != "" && name == s.opts.Domain {
 		return nil
 	}
 	if _, plain, ok := s.serviceAtHost(name); ok && !plain {
 		return nil
+	}
+	if _, plain, ok := s.modelsAtHost(name); ok && !plain {
+		return nil // a project's model endpoint (gateway_models.go)
 	}
 	return fmt.Errorf("%w: %s", proxy.ErrUnknownHost, name)
 }
