@@ -245,6 +245,17 @@ func (s *accountsAPI) handleDeleteProject(w http.ResponseWriter, r *http.Request
 		return conflict("project %q still has fleets %v; delete each first (gpud fleet delete NAME --project %s), which stops its hosts' agents, removes its instances and its registration tokens, then delete the project",
 			project, names, project)
 	}
+	// Volumes hold data on hosts: deleting one asks its host's agent to
+	// remove it (deleteVolume), so the project waits for that too.
+	if vols := s.store.Volumes().ByProject(project); len(vols) > 0 {
+		names := make([]string, len(vols))
+		for i, v := range vols {
+			names[i] = v.Name
+		}
+		sort.Strings(names)
+		return conflict("project %q still has volumes %v; delete each first (gpud volume delete NAME --project %s), which removes its data on its host, then delete the project",
+			project, names, project)
+	}
 	for _, k := range []store.Kind{store.KindMember, store.KindQueue, store.KindSecret} {
 		for _, rec := range s.store.Collection(k).ByProject(project) {
 			muts = append(muts, store.Delete(k, rec.ID))

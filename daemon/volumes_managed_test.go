@@ -284,3 +284,62 @@ func TestManagedVolumeKeepsItsRunsOnItsHost(t *testing.T) {
 		t.Fatalf("the registered host kept the deleted volume's directory: %v", err)
 	}
 }
+
+// The scheduler binds a volume on no host to the node of the first
+// placement that uses it, in the cycle's write; a gang placed in the same
+// cycle on another node is held back (its next cycle's selector keeps it
+// on the volume's host), and so is a gang whose own tasks would split it.
+func TestManagedVolumeBindsOnceAndHoldsBackWhatWouldSplitIt(t *testing.T) {
+	ts := startServer(t, "")
+	ts.applyVolume(ts.admin, "main", "type: volume\nname: one\nbackend: local\n")
+	ref := api.ManagedVolumeRef{Project: "main", ID: ts.volumeID("main", "one"), Name: "one"}
+	now := time.Now().UTC()
+	muts, held := ts.bindVolumes([]volumeBind{
+		{job: "a", node: "n1", refs: []api.ManagedVolumeRef{ref}},
+		{job: "b", node: "n2", refs: []api.ManagedVolumeRef{ref}},
+		{job: "c", node: "n1", refs: []api.ManagedVolumeRef{ref}},
+		{job: "g", node: "n1", refs: []api.ManagedVolumeRef{ref}},
+		{job: "g", node: "n2", refs: []api.ManagedVolumeRef{ref}},
+	}, now)
+	if held["a"] || !held["b"] || held["c"] || !held["g"] {
+		t.Fatalf("held back %v, want b (another node) and g (split across two), not a and c", held)
+	}
+	if len(muts) != 2 { // the volume's update and its event
+		t.Fatalf("%d mutations, want the volume's one update and its event", len(muts))
+	}
+	if _, err := ts.store.Apply(t.Context(), muts...); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ts.store.Volumes().Get(volumeRecordID("main", "one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := volumeStateOf(rec)
+	if rec.Status != volumeActive || st.Instance != "n1" {
+		t.Fatalf("volume %s on %q, want active on n1", rec.Status, st.Instance)
+	}
+	// Bound: only n1 takes it from now on; a deleted or re-created
+	// volume (another id) is held back everywhere.
+	if _, held := ts.bindVolumes([]volumeBind{{job: "d", node: "n2", refs: []api.ManagedVolumeRef{ref}}}, now); !held["d"] {
+		t.Fatal("a placement on another node than the volume's was not held back")
+	}
+	stale := ref
+	stale.ID = "00000000deadbeef"
+	if _, held := ts.bindVolumes([]volumeBind{{job: "e", node: "n1", refs: []api.ManagedVolumeRef{stale}}}, now); !held["e"] {
+		t.Fatal("a placement of a volume that is gone was not held back")
+	}
+}
+
+// A project that still has volumes is not deleted: their data lives on
+// hosts, which deleting each volume cleans up.
+func TestProjectWithVolumesIsNotDeleted(t *testing.T) {
+	ts := startServer(t, "")
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects", api.CreateProjectRequest{Name: "lab"}, nil)
+	ts.applyVolume(ts.admin, "lab", "type: volume\nname: data\nbackend: local\n")
+	status, se := ts.call(ts.admin, "DELETE", "/api/v1/projects/lab", nil, nil)
+	if status != http.StatusConflict || !strings.Contains(se.Message, "data") || !strings.Contains(se.Message, "gpud volume delete") {
+		t.Fatalf("delete of a project with a volume: %d %q, want 409 naming the volume and gpud volume delete", status, se.Message)
+	}
+	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/projects/lab/volumes/data", nil, nil)
+	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/projects/lab", nil, nil)
+}
