@@ -102,11 +102,12 @@ func TestManagedVolumeSharesDataBetweenRunsOnDocker(t *testing.T) {
 	}
 }
 
-// A volume an active run uses is not deleted: 409 naming the run; once
-// the run has ended it is, with its directory on the host.
+// A volume an active run uses is not deleted: 409 naming the run, and
+// its auto_cleanup_duration does not run out while the run lasts; once
+// the run has ended it is deleted, with its directory on the host.
 func TestManagedVolumeInUseRefusesDeletion(t *testing.T) {
-	ts := startDockerServer(t)
-	ts.applyVolume(ts.admin, "main", "type: volume\nname: busy\nbackend: local\n")
+	ts := startContainerServer(t, Options{ResyncInterval: 300 * time.Millisecond})
+	ts.applyVolume(ts.admin, "main", "type: volume\nname: busy\nbackend: local\nauto_cleanup_duration: 1s\n")
 	ts.submit("type: task\nname: holder\nvolumes:\n  - name: busy\n    path: /data\ncommands:\n  - touch /data/x\n  - sleep 300\n")
 	ts.waitRun("holder", store.RunRunning, "", 90*time.Second)
 	dir := ts.volumeDir("main", "busy")
@@ -114,6 +115,23 @@ func TestManagedVolumeInUseRefusesDeletion(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, "x"))
 		return err
 	})
+	// The cleanup loop sees it in use (it moves its last use on) past
+	// its 1s, and keeps it.
+	v, _ := ts.volumeNamed("main", "busy")
+	first := v.LastUsed
+	testutil.Eventually(t, 30*time.Second, func() error {
+		v, ok := ts.volumeNamed("main", "busy")
+		if !ok {
+			t.Fatal("the cleanup deleted a volume a running job uses")
+		}
+		if !v.LastUsed.After(first.Add(1500 * time.Millisecond)) {
+			return fmt.Errorf("last use %v, want it moved on past %v", v.LastUsed, first.Add(1500*time.Millisecond))
+		}
+		return nil
+	})
+	if _, err := os.Stat(filepath.Join(dir, "x")); err != nil {
+		t.Fatalf("the volume in use lost its data: %v", err)
+	}
 	status, se := ts.call(ts.admin, "DELETE", "/api/v1/projects/main/volumes/busy", nil, nil)
 	if status != http.StatusConflict || !strings.Contains(se.Message, "holder") {
 		t.Fatalf("delete of a volume in use: %d %q, want 409 naming the run holder", status, se.Message)
@@ -121,6 +139,8 @@ func TestManagedVolumeInUseRefusesDeletion(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "x")); err != nil {
 		t.Fatalf("a refused delete removed data: %v", err)
 	}
+	// Off again, so that the delete below is the user's, not the loop's.
+	ts.applyVolume(ts.admin, "main", "type: volume\nname: busy\nbackend: local\nauto_cleanup_duration: off\n")
 	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/holder/stop", api.StopRunRequest{Abort: true}, nil)
 	ts.waitRunEnd("holder", 60*time.Second)
 	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/projects/main/volumes/busy", nil, nil)
@@ -342,4 +362,15 @@ func TestProjectWithVolumesIsNotDeleted(t *testing.T) {
 	}
 	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/projects/lab/volumes/data", nil, nil)
 	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/projects/lab", nil, nil)
+}
+
+// Where every host runs jobs as processes, a volume cannot be mounted at
+// its path: the plan refuses it by that field, with what to do instead.
+func TestManagedVolumeOnProcessOnlyHostsIsRefusedByItsPath(t *testing.T) {
+	ts := startServer(t, "")
+	ts.applyVolume(ts.admin, "main", "type: volume\nname: pv\nbackend: local\n")
+	ts.refusedAt("type: task\nvolumes:\n  - name: pv\n    path: /data\ncommands: [true]\n", "volumes[0].path", "only Docker can mount", "instance volume")
+	if v, _ := ts.volumeNamed("main", "pv"); v.Instance != "" {
+		t.Fatalf("a refused run bound the volume to %s", v.Instance)
+	}
 }
