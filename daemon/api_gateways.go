@@ -378,9 +378,12 @@ func checkServiceGateway(fc *fieldCheck, _ string) *refusal {
 	case !ok:
 		return &refusal{Why: "no gateway serves this project: it has no default gateway and the server runs without --domain",
 			Instead: "apply a gateway with default: true, start gpud serve with --domain, or write gateway: false (the service is at /proxy/services/PROJECT/RUN/)"}
+	case !fc.srv.gateway.listening(g.Plain) && g.Plain:
+		return &refusal{Why: "the server runs no gateway listener (gpud serve without --domain), so no gateway serves the service",
+			Instead: "start gpud serve with --domain (or --http-listen), or write gateway: false"}
 	case !fc.srv.gateway.listening(g.Plain):
-		return &refusal{Why: "the server runs no gateway listener, so no gateway serves the service",
-			Instead: "start gpud serve with --domain (or --https-listen/--http-listen), or write gateway: false"}
+		return &refusal{Why: fmt.Sprintf("gateway %s serves HTTPS, and the server runs no HTTPS listener (gpud serve without --domain, or with --tls none)", g.Domain),
+			Instead: "start gpud serve with --domain and --tls acme or internal, give the gateway certificate: {type: none}, or write gateway: false"}
 	}
 	return nil
 }

@@ -75,3 +75,25 @@ func TestGatewayApplyListDeleteAndDomainOwnership(t *testing.T) {
 		t.Fatalf("reuse a freed domain: %d %s", status, se.Error())
 	}
 }
+
+// TestServiceGatewayIsRefusedWhereNoListenerServesIt: on a server without
+// --domain a gateway can be applied (it says listening: false), but a
+// service that asks for a gateway is refused at plan time, naming why,
+// rather than planned and then unreachable.
+func TestServiceGatewayIsRefusedWhereNoListenerServesIt(t *testing.T) {
+	ts := startServer(t, "")
+	plan := func(extra, want string) {
+		t.Helper()
+		status, se := ts.call(ts.admin, "POST", "/api/v1/projects/main/runs/plan", yamlApply(serviceConfig(t, "s", 1, extra)), nil)
+		if status != http.StatusUnprocessableEntity || !strings.Contains(strings.Join(se.Errors, "\n"), want) {
+			t.Errorf("plan with %q: %d %s %q, want 422 saying %q", extra, status, se.Error(), se.Errors, want)
+		}
+	}
+	plan("gateway: true\n", "no gateway serves this project")
+	status, se, g := applyGateway(ts, "main", "type: gateway\nname: apps\ndomain: apps.example.com\n")
+	if status != http.StatusOK || g.Listening {
+		t.Fatalf("apply on a server without --domain: %d %s %+v", status, se.Error(), g)
+	}
+	plan("gateway: apps\n", "runs no HTTPS listener")
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/plan", yamlApply(serviceConfig(t, "s", 1, "gateway: false\n")), nil)
+}
