@@ -1,9 +1,14 @@
 package daemon
 
 import (
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"gpud.dev/gpud/store"
 )
 
 // TestServiceAutoscalesOnRequestRate: a service with `replicas: 1..2`
@@ -113,4 +118,43 @@ func TestDesiredReplicas(t *testing.T) {
 			t.Errorf("desiredReplicas(%g, %g, %d, %d) = %d, want %d", c.rate, c.target, c.lo, c.hi, got, c.want)
 		}
 	}
+}
+
+// TestServiceScalesUpUnderLoad: real requests through the server's
+// proxy raise the measured rate past the target, and the service gets a
+// second replica; the event carries the rate. The load is bounded in
+// count and time, and stops once the replica is asked for.
+func TestServiceScalesUpUnderLoad(t *testing.T) {
+	ts := startServer(t, "")
+	port := freeLoopbackPort(t)
+	ts.submit(replicaService(echoBinary(t), "load", port, "v1",
+		"replicas: 1..2\nscaling: {metric: rps, target: 10, window: 1s, scale_up_delay: 1s, scale_down_delay: 1h}\n"))
+	ts.waitRun("load", "running", "", 60*time.Second)
+	ts.body200(t, "/proxy/services/main/load/", 30*time.Second)
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	sent, scaled := 0, false
+	for sent < 5000 && time.Now().Before(deadline) && !scaled {
+		resp, err := client.Get(ts.URL() + "/proxy/services/main/load/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d", sent, resp.StatusCode)
+		}
+		sent++
+		if sent%100 == 0 {
+			scaled = ts.activeReplicas("load")[store.JobSubmitted]+ts.activeReplicas("load")[store.JobRunning] >= 2
+		}
+	}
+	ts.waitReplicas("load", 2, 60*time.Second)
+	ev := ts.waitEvent("load", 10*time.Second, "autoscaled from 1 to 2 replicas")
+	var rate float64
+	if _, err := fmt.Sscanf(ev.Reason[strings.Index(ev.Reason, ": ")+2:], "%f requests/s", &rate); err != nil || rate <= 10 {
+		t.Errorf("the scale-up event's rate: %q (%v), want above the target 10", ev.Reason, err)
+	}
+	t.Logf("%d requests; %s", sent, ev.Reason)
 }

@@ -23,7 +23,7 @@ var serviceRules = fieldRules{
 	// plain HTTP on the gateway's HTTP listener (auto: when its gateway
 	// has certificate: none), as api_gateways.go's serviceHosts says.
 	"service:https":       {Proof: []string{"daemon.TestGatewayWithoutCertificateServesPlainHTTP"}},
-	"service:scaling":     {Subtree: true, Proof: []string{"daemon.TestServiceAutoscalesOnRequestRate", "daemon.TestServiceScalesToZeroAndWakesOnRequest"}},
+	"service:scaling":     {Subtree: true, Proof: []string{"daemon.TestServiceAutoscalesOnRequestRate", "daemon.TestServiceScalesUpUnderLoad", "daemon.TestServiceScalesToZeroAndWakesOnRequest"}},
 	"service:rate_limits": {All: gatewayRefusal("rate limiting")},
 	"service:probes":      {Subtree: true, Proof: []string{"daemon.TestServiceRollingUpdateKeepsTheOldVersionWhenProbesFail"}},
 	"service:replicas": {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy", "daemon.TestServiceAutoscalesOnRequestRate"},
