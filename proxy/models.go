@@ -210,15 +210,15 @@ func (m *Models) route(w http.ResponseWriter, r *http.Request, project, replicaP
 
 // modelPrefix is the path the model server serves the OpenAI API under:
 // the model's prefix, /v1 by default (dstack's default).
+// A prefix of "/" is the root: the replica serves /chat/completions.
 func modelPrefix(p string) string {
-	p = strings.TrimRight(p, "/")
 	if p == "" {
 		return "/v1"
 	}
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
+	if p = strings.Trim(p, "/"); p == "" {
+		return ""
 	}
-	return p
+	return "/" + p
 }
 
 // serving finds the service that serves model in project. Two services

@@ -144,7 +144,8 @@ func TestModelRoutesSendEachRequestToTheServiceOfItsModel(t *testing.T) {
 	qwen := modelServer(t, "qwen-svc", never)
 	ep := newModelsEndpoint(t,
 		modelService("llama", "meta/llama", "", llama),
-		modelService("qwen", "qwen/qwen", "/openai/v1", qwen))
+		modelService("qwen", "qwen/qwen", "/openai/v1", qwen),
+		modelService("root", "root/model", "/", modelServer(t, "root-svc", never)))
 	base := ep.URL + "/proxy/models/main"
 
 	for _, tc := range []struct {
@@ -155,6 +156,7 @@ func TestModelRoutesSendEachRequestToTheServiceOfItsModel(t *testing.T) {
 		{"/chat/completions", "qwen/qwen", "qwen-svc", "/openai/v1/chat/completions"}, // dstack's base URL, without /v1
 		{"/v1/completions", "meta/llama", "llama-svc", "/v1/completions"},
 		{"/v1/embeddings", "qwen/qwen", "qwen-svc", "/openai/v1/embeddings"},
+		{"/v1/chat/completions", "root/model", "root-svc", "/chat/completions"}, // prefix: /
 	} {
 		resp, body := post(t, base+tc.path, "member-of-main", `{"model":"`+tc.model+`","messages":[]}`)
 		if resp.StatusCode != http.StatusOK {
