@@ -101,3 +101,28 @@ func TestServiceRollingUpdateKeepsTheOldVersionWhenProbesFail(t *testing.T) {
 		t.Errorf("after the update: %v, want one running replica", got)
 	}
 }
+
+// TestServiceRollingUpdateStopsWhenANewReplicaExits: a new version whose
+// replica exits stops the update at once (no wait for the bound), and
+// the old version keeps answering.
+func TestServiceRollingUpdateStopsWhenANewReplicaExits(t *testing.T) {
+	ts := startServer(t, "") // the default bound (15m) is never reached here
+	bin := echoBinary(t)
+	ts.submit(replicaService(bin, "crash", freeLoopbackPort(t), "v1", ""))
+	ts.waitRun("crash", "running", "", 60*time.Second)
+	ts.body200(t, "/proxy/services/main/crash/", 30*time.Second)
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(`type: service
+name: crash
+port: 8000
+auth: false
+commands: ['echo broken; exit 3']
+resources: {cpu: 0.., memory: 1MB.., disk: 1GB..}
+`), nil)
+	ev := ts.waitEvent("crash", 60*time.Second, "rolling update to deployment 1 failed: new replica crash-1-0 ended (failed", "the previous configuration keeps serving")
+	if r := ts.getRun("crash"); r.Status != "running" || r.Reason != ev.Reason {
+		t.Errorf("after the failed update the run is %s (%q)", r.Status, r.Reason)
+	}
+	if b := ts.body200(t, "/proxy/services/main/crash/", 10*time.Second); !strings.Contains(b, "version=v1") {
+		t.Errorf("after the failed update the service answered %q, want v1", b)
+	}
+}
