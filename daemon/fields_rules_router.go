@@ -1,6 +1,6 @@
 package daemon
 
-import "strings"
+import "gpud.dev/gpud/proxy"
 
 // routerRules are a service's model and router fields: the model is
 // served on the project's OpenAI-compatible endpoint; the routers of
@@ -45,10 +45,6 @@ func modelNote(fc *fieldCheck) string {
 	if m == nil {
 		return ""
 	}
-	prefix := strings.TrimRight(m.Prefix, "/")
-	if prefix == "" {
-		prefix = "/v1"
-	}
 	return "model " + m.Name + " is served at /proxy/models/" + fc.project + "/v1/ on this server (OpenAI-compatible, a project member's token), " +
-		"forwarded to the service's " + prefix + "/chat/completions"
+		"forwarded to the service's " + proxy.ModelPrefix(m.Prefix) + "/chat/completions"
 }

@@ -203,15 +203,15 @@ func (m *Models) route(w http.ResponseWriter, r *http.Request, project, replicaP
 	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	// The caller's token stays on: the Forwarder checks it against the
 	// service again and removes it before the replica sees the request.
-	out.URL.Path = modelPrefix(svc.Model.Prefix) + replicaPath
+	out.URL.Path = ModelPrefix(svc.Model.Prefix) + replicaPath
 	out.URL.RawPath = ""
 	m.forward.Forward(w, out, svc)
 }
 
-// modelPrefix is the path the model server serves the OpenAI API under:
+// ModelPrefix is the path the model server serves the OpenAI API under:
 // the model's prefix, /v1 by default (dstack's default).
 // A prefix of "/" is the root: the replica serves /chat/completions.
-func modelPrefix(p string) string {
+func ModelPrefix(p string) string {
 	if p == "" {
 		return "/v1"
 	}
