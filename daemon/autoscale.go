@@ -242,7 +242,8 @@ func desiredReplicas(rate, target float64, lo, hi int) int {
 // autoscale samples the service's request rate and, once the delay since
 // the last scaling has passed, scales it to ceil(rate/target) replicas
 // within its bounds (as dstack's RPS autoscaler: scale_up_delay and
-// scale_down_delay count from the last scaling event, or the start).
+// scale_down_delay count from the last scaling event, or the start). A
+// replica that ended on its own counts as missing: it is replaced.
 func (s *Server) autoscale(ctx context.Context, v serviceView) error {
 	sc, lo, hi, ok := scalingOf(v.sv)
 	if !ok || v.run.Status != store.RunRunning {
@@ -251,10 +252,12 @@ func (s *Server) autoscale(ctx context.Context, v serviceView) error {
 	now := s.now()
 	window := durationOr(sc.Window, defaultScalingWindow)
 	rate := s.sampleRate(v.run, window, now)
+	// current counts the replicas there are: one that ended on its own
+	// is replaced like a scale-up, after scale_up_delay.
 	current := len(v.active(v.deployment()))
 	last := v.st.StartedAt
 	if v.st.Service != nil && v.st.Service.Scaled {
-		current, last = v.st.Service.Replicas, v.st.Service.LastScaleAt
+		last = v.st.Service.LastScaleAt
 	}
 	want := desiredReplicas(rate, sc.Target, lo, hi)
 	var delay time.Duration

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"gpud.dev/gpud/internal/testutil"
 	"gpud.dev/gpud/store"
 )
 
@@ -157,4 +158,40 @@ func TestServiceScalesUpUnderLoad(t *testing.T) {
 		t.Errorf("the scale-up event's rate: %q (%v), want above the target 10", ev.Reason, err)
 	}
 	t.Logf("%d requests; %s", sent, ev.Reason)
+}
+
+// TestAutoscaledServiceReplacesAReplicaThatEnds: a replica of an
+// autoscaled service that exits on its own is replaced after
+// scale_up_delay, by a replica with the next number.
+func TestAutoscaledServiceReplacesAReplicaThatEnds(t *testing.T) {
+	ts := startServer(t, "")
+	rates := &fakeRates{}
+	ts.setRequestRates(rates)
+	rates.set("main/flaky", 15)
+	port := freeLoopbackPort(t)
+	// Replica 1 exits at once; the others serve.
+	ts.submit(fmt.Sprintf(`type: service
+name: flaky
+port: %[1]d
+auth: false
+commands:
+  - if [ "$GPUD_REPLICA_NUM" = 1 ]; then exit 1; fi; exec %[2]s %[3]s 127.0.0.1:%[1]d v1
+replicas: 1..2
+scaling: {metric: rps, target: 10, window: 1s, scale_up_delay: 1s, scale_down_delay: 1h}
+resources: {cpu: 0.., memory: 1MB.., disk: 1GB..}
+`, port, echoBinary(t), replicaServeArg))
+	ts.waitEvent("flaky", 60*time.Second, "autoscaled from 1 to 2 replicas")
+	testutil.Eventually(t, 60*time.Second, func() error {
+		byReplica := map[int]string{}
+		for _, j := range ts.getRun("flaky").Jobs {
+			byReplica[j.ReplicaNum] = j.Status
+		}
+		if byReplica[0] != "running" || byReplica[1] != "failed" || byReplica[2] != "running" || len(byReplica) != 3 {
+			return fmt.Errorf("replicas by number: %v, want 0 running, 1 failed and replaced by 2 running", byReplica)
+		}
+		return nil
+	})
+	if r := ts.getRun("flaky"); r.Status != "running" {
+		t.Errorf("the run is %s (%s), want running", r.Status, r.Reason)
+	}
 }
