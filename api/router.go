@@ -1,6 +1,8 @@
 package api
 
 import (
+	"strings"
+
 	"github.com/goccy/go-yaml/ast"
 )
 
@@ -91,5 +93,23 @@ func (d *decoder) checkRouters(s *ServiceSpec, groups []map[string]ast.Node, pre
 	}
 	if routers > 0 && s.Router != nil {
 		d.errorAt(present["router"], "router", "a service-level router and a router replica group exclude each other", "drop the service-level `router:`; the router group serves the traffic")
+	}
+}
+
+// aliasKeys makes the fields written under from (dstack 0.20's spelling,
+// like groups) findable under to (the field they fill, like replicas), so
+// the plan's errors about them point at the lines written.
+func (d *decoder) aliasKeys(from, to string) {
+	for k, e := range d.keys {
+		rest, ok := strings.CutPrefix(k, from)
+		if !ok || (rest != "" && rest[0] != '.' && rest[0] != '[') {
+			continue
+		}
+		if _, taken := d.keys[to+rest]; taken {
+			continue
+		}
+		alias := *e
+		alias.Path = to + rest
+		d.keys[to+rest] = &alias
 	}
 }

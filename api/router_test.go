@@ -116,3 +116,18 @@ func TestRouterMistakesAreReportedAtTheirField(t *testing.T) {
 		})
 	}
 }
+
+// TestDstack020SpellingsKeepTheirPositions: the fields written as groups:
+// and a group's replicas: are found at their lines under the fields they
+// fill (replicas, count), so a plan's refusal points at what was written.
+func TestDstack020SpellingsKeepTheirPositions(t *testing.T) {
+	cfg, err := Parse("s.yml", []byte("type: service\nport: 8000\ngroups:\n  - replicas: 1\n    commands: [r]\n    router: {}\n  - commands: [w]\n    spot_policy: spot\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, line := range map[string]int{"replicas": 3, "replicas[0].count": 4, "replicas[0].router": 6, "replicas[1].spot_policy": 8} {
+		if e := cfg.At(path, "m", ""); e.Line != line {
+			t.Errorf("%s at line %d, want %d", path, e.Line, line)
+		}
+	}
+}

@@ -193,6 +193,8 @@ func (d *decoder) service(body ast.Node) *ServiceSpec {
 	d.checkRun(&s.RunSpec, present, "")
 	if present != nil && present["groups"] != nil && present["replicas"] != nil {
 		d.errorAt(present["groups"], "groups", "replicas and groups exclude each other", "list the replica groups under one of them")
+	} else if present["groups"] != nil {
+		d.aliasKeys("groups", "replicas")
 	}
 	d.checkRouters(s, groupNodes, present, groupsPath)
 	d.require(present, body, "", "port", "add the port the service listens on, like `port: 8000`")
@@ -264,6 +266,7 @@ func (d *decoder) replicas(n ast.Node, path string) (out Replicas, nodes []map[s
 		}
 		if present["count"] == nil && present["replicas"] != nil {
 			present["count"] = present["replicas"] // errors below point at what was written
+			d.aliasKeys(join(p, "replicas"), join(p, "count"))
 		}
 		if g.Count.Max == nil && !g.Count.IsZero() {
 			d.errorAt(present["count"], join(p, "count"), "a range of replicas needs a maximum", "write both bounds, like 1..4")
