@@ -63,3 +63,21 @@ func (c *Client) GatewayCA(ctx context.Context) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// GatewayHost is the service a hostname reaches, as the server tells a
+// standalone gateway (`gpud gateway --server`).
+type GatewayHost struct {
+	Host    string `json:"host"`
+	Project string `json:"project"`
+	Run     string `json:"run"`
+	// Plain: served over plain HTTP (its gateway has certificate: none,
+	// or the service says https: false).
+	Plain bool `json:"plain"`
+}
+
+// GatewayHost asks which service host reaches; a host that reaches no
+// active service of a project the caller belongs to is a 404.
+func (c *Client) GatewayHost(ctx context.Context, host string) (GatewayHost, error) {
+	var h GatewayHost
+	return h, c.get(ctx, "/api/v1/gateway/hosts/"+url.PathEscape(host), &h)
+}

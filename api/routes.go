@@ -112,6 +112,7 @@ var Routes = []Route{
 	{"POST", projectPrefix + "/gateways/apply", AccessProjectManager, "ApplyRequest", "Gateway (409 for a domain another gateway or project holds)"},
 	{"GET", projectPrefix + "/gateways", AccessProjectUser, "-", "[]Gateway"},
 	{"DELETE", projectPrefix + "/gateways/{gateway}", AccessProjectManager, "-", "204"},
+	{"GET", "/api/v1/gateway/hosts/{host}", AccessAuthenticated, "-", "GatewayHost: the service a hostname reaches, for a standalone gateway (404 unless the caller is a member of its project)"},
 	{"GET", "/api/v1/gateway/ca.pem", AccessPublic, "-", "PEM of the gateway's internal CA, for clients to trust (404 unless gpud serve --tls internal)"},
 	{"GET", projectPrefix + "/secrets", AccessProjectUser, "-", "[]Secret (names only)"},
 	{"GET", projectPrefix + "/secrets/{name}", AccessProjectManager, "-", "Secret (with value)"},

@@ -20,6 +20,8 @@ func TestServeGatewayFlagsThatWouldNotTakeEffectAreRefused(t *testing.T) {
 		{name: "acme email without a domain", args: append(base, "--acme-email", "a@b.example"), code: exitUsage, stderr: "--acme-email needs the gateway"},
 		{name: "acme flags with the internal CA", args: append(base, "--domain", "gpud.test", "--tls", "internal", "--acme-ca", "https://ca.example/dir"), code: exitUsage, stderr: "--acme-ca is for --tls acme"},
 		{name: "an unknown mode", args: append(base, "--domain", "gpud.test", "--tls", "selfsigned"), code: exitUsage, stderr: `--tls "selfsigned"`},
+		{name: "gateway without a subcommand or --server", args: []string{"gateway"}, code: exitUsage, stderr: "--server URL to run a standalone gateway"},
+		{name: "a standalone gateway without a token", args: []string{"gateway", "--server", "http://127.0.0.1:1"}, code: exitUsage, stderr: "GPUD_GATEWAY_TOKEN"},
 	})
 }
 

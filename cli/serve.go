@@ -51,6 +51,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "acme-ca", Value: proxy.LetsEncryptCA, Usage: "ACME directory URL the gateway's certificates come from"},
 			&cli.StringFlag{Name: "acme-email", Usage: "contact address of the ACME account (expiry notices)"},
 			&cli.StringFlag{Name: "acme-ca-root", Usage: "PEM file of the root that the ACME directory's own HTTPS certificate chains to (a private ACME CA such as pebble)"},
+			&cli.BoolFlag{Name: "external-gateway", Usage: "standalone gateways (gpud gateway --server URL on a public host) serve the projects' gateway domains: services may use gateways without this server's own listeners"},
 			&cli.DurationFlag{Name: "fair-share-window", Value: daemon.DefaultFairShareWindow, Usage: "time-based fair share: how far back queue usage counts (KAI's windowSize default, one week); see docs/scheduler.md"},
 			&cli.DurationFlag{Name: "fair-share-half-life", Value: daemon.DefaultFairShareHalfLife, Usage: "time-based fair share: usage weighs half as much this much later; 0 for no decay (KAI's default)"},
 			&cli.Float64Flag{Name: "fair-share-k", Value: daemon.DefaultFairShareK, Usage: "time-based fair share: how strongly past usage lowers a queue's over-quota share (KAI's kValue, default 1); 0 turns it off"},
@@ -99,6 +100,7 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 		FairShareWindow: window, FairShareHalfLife: halfLife, FairShareK: k,
 		Domain: c.String("domain"), HTTPSListen: c.String("https-listen"), HTTPListen: c.String("http-listen"),
 		GatewayTLS: c.String("tls"), ACMECA: c.String("acme-ca"), ACMEEmail: c.String("acme-email"), ACMECARoot: c.String("acme-ca-root"),
+		ExternalGateway: c.Bool("external-gateway"),
 	})
 	if err != nil {
 		return err

@@ -387,3 +387,22 @@ func checkServiceGateway(fc *fieldCheck, _ string) *refusal {
 	}
 	return nil
 }
+
+// handleGatewayHost tells a standalone gateway which service a hostname
+// reaches. The caller sees only services of its own projects: any other
+// host, known or not, is the same 404, so hostnames do not leak which
+// runs other projects have.
+func (s *Server) handleGatewayHost(w http.ResponseWriter, r *http.Request) error {
+	host := strings.ToLower(strings.TrimSuffix(r.PathValue("host"), "."))
+	run, plain, ok := s.serviceAtHost(host)
+	if ok {
+		if _, err := s.projectRole(callerOf(r), run.Project); err != nil {
+			ok = false
+		}
+	}
+	if !ok {
+		return notFound("service host", host)
+	}
+	writeJSON(w, http.StatusOK, api.GatewayHost{Host: host, Project: run.Project, Run: run.Name, Plain: plain})
+	return nil
+}

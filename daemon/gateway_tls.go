@@ -41,6 +41,9 @@ const GatewayCAFile = "gateway-ca.pem"
 type gatewayServer struct {
 	// applyMu serializes gateway applies (one domain, one project).
 	applyMu sync.Mutex
+	// external: standalone gateways serve the gateway domains
+	// (Options.ExternalGateway).
+	external bool
 
 	tls         *proxy.TLS // nil in GatewayTLSNone mode or when off
 	https, http *http.Server
@@ -52,9 +55,12 @@ type gatewayServer struct {
 	services atomic.Pointer[http.Handler]
 }
 
-// listening reports whether the server serves gateways of that kind
-// (plain HTTP, or HTTPS).
+// listening reports whether gateways of that kind (plain HTTP, or HTTPS)
+// are served: by the server's listeners, or by standalone gateways.
 func (g *gatewayServer) listening(plain bool) bool {
+	if g.external {
+		return true
+	}
 	if plain {
 		return g.http != nil
 	}
@@ -100,6 +106,7 @@ func gatewayEnabled(o Options) bool {
 // HTTPS, and gateways with certificate: none.
 func (s *Server) startGateway(ctx context.Context, api http.Handler) error {
 	o := s.opts
+	s.gateway.external = o.ExternalGateway
 	if !gatewayEnabled(o) {
 		return nil
 	}

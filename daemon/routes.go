@@ -59,6 +59,7 @@ func (s *Server) routes() (http.Handler, error) {
 		"POST /api/v1/projects/{project}/gateways/apply":               s.fleetsAPI.handleApplyGateway,
 		"GET /api/v1/projects/{project}/gateways":                      s.fleetsAPI.handleListGateways,
 		"DELETE /api/v1/projects/{project}/gateways/{gateway}":         s.fleetsAPI.handleDeleteGateway,
+		"GET /api/v1/gateway/hosts/{host}":                             s.handleGatewayHost,
 		"GET /api/v1/gateway/ca.pem":                                   s.handleGatewayCA,
 		"GET /api/v1/projects/{project}/secrets":                       s.accountsAPI.handleListSecrets,
 		"GET /api/v1/projects/{project}/secrets/{name}":                s.accountsAPI.handleGetSecret,

@@ -142,6 +142,10 @@ type Options struct {
 	// trusted by (a private CA such as pebble).
 	GatewayTLS                    string
 	ACMECA, ACMEEmail, ACMECARoot string
+	// ExternalGateway says standalone gateways (`gpud gateway --server`)
+	// serve the projects' gateway domains, so services may use a gateway
+	// though this server runs no gateway listener.
+	ExternalGateway bool
 	// StateKey is the base64 of a 32-byte key that seals the state file
 	// instead of the key file beside it (default $GPUD_STATE_KEY, as
 	// `gpud admin` reads it); a malformed key fails New.
