@@ -112,9 +112,16 @@ func NewTLS(ctx context.Context, opts TLSOptions) (*TLS, error) {
 		if ca == "" {
 			ca = LetsEncryptCA
 		}
+		// Agreed: running the gateway with ACME is accepting the CA's
+		// terms (docs/gateway.md says so).
 		tmpl := certmagic.ACMEIssuer{
-			CA: ca, TestCA: ca, Email: opts.Email, Agreed: true,
+			CA: ca, Email: opts.Email, Agreed: true,
 			TrustedRoots: opts.CARoots, Logger: zap.NewNop(),
+		}
+		if ca != LetsEncryptCA {
+			// certmagic retries a failing order against Let's Encrypt's
+			// staging directory; another CA has none of its own.
+			tmpl.TestCA = ca
 		}
 		// The solvers try to listen on these addresses, find them taken
 		// by the server's own listeners and leave the answering to them.
