@@ -73,6 +73,7 @@ func (s *scheduler) cycle(ctx context.Context) error {
 	plan := sched.Schedule(snap)
 	var muts []store.Mutation
 	var binds []string
+	s.assignVolumeTasks(plan.Placements, idx)
 	muts, held := s.bindVolumes(placedVolumes(plan.Placements, idx), now)
 	for _, p := range plan.Placements {
 		if p.Pipelined || held[p.Job] {

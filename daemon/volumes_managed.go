@@ -117,30 +117,38 @@ func (s *Server) managedVolume(project string, i int, v api.VolumeMount, n nodeL
 }
 
 // volumeHostNeeds adds, to a gang's needs, the hosts its managed volumes
-// keep it on: the host a volume lives on, or, for one on no host yet,
-// hosts of its backend with its size free. A volume gone (deleted
-// meanwhile) selects no host, and says so.
+// keep it on: the hosts its volumes live on (one per node of a gang with
+// a volume per node: the selector is the gang's, so it allows each, and
+// assignVolumeTasks gives each job the node of its own), or, for one on
+// no host yet, hosts of its backend with its size free. A volume gone
+// (deleted meanwhile) selects no host, and says so.
 func (s *Server) volumeHostNeeds(needs []hostNeeds, specs map[string]jobRecordSpec, g []store.Record) []hostNeeds {
 	seen := map[string]bool{}
+	var hosts, names []string
 	for _, j := range g {
 		for _, v := range specs[j.ID].Spec.Volumes {
 			if v.Managed == nil || seen[v.Managed.ID] {
 				continue
 			}
 			seen[v.Managed.ID] = true
-			n := hostNeeds{VolumeName: v.Managed.Name}
 			rec, err := s.store.Volumes().Get(volumeRecordID(v.Managed.Project, v.Managed.Name))
 			st, serr := volumeStateOf(rec)
 			switch {
 			case err != nil || serr != nil || st.VolumeID != v.Managed.ID || rec.Status == volumeDeleting:
-				n.Hosts = "-" // no host: the volume is gone
+				needs = append(needs, hostNeeds{Hosts: "-", VolumeName: v.Managed.Name}) // no host: the volume is gone
 			case st.Instance != "":
-				n.Hosts = st.Instance
+				if !slices.Contains(hosts, st.Instance) {
+					hosts = append(hosts, st.Instance)
+				}
+				names = append(names, v.Managed.Name)
 			default:
-				n.Backends, n.DiskMin = st.Backend, max(n.DiskMin, st.Size)
+				needs = append(needs, hostNeeds{Backends: st.Backend, DiskMin: st.Size, VolumeName: v.Managed.Name})
 			}
-			needs = append(needs, n)
 		}
+	}
+	if len(hosts) > 0 {
+		slices.Sort(hosts)
+		needs = append(needs, hostNeeds{Hosts: strings.Join(hosts, "\n"), VolumeName: strings.Join(names, ", ")})
 	}
 	return needs
 }
@@ -158,6 +166,8 @@ func describeVolume(n hostNeeds) string {
 	switch {
 	case n.Hosts == "-":
 		return "volume " + n.VolumeName + ", which was deleted"
+	case strings.Contains(n.Hosts, "\n"):
+		return "the hosts " + strings.ReplaceAll(n.Hosts, "\n", ", ") + " that volumes " + n.VolumeName + " live on"
 	case n.Hosts != "":
 		return "the host " + n.Hosts + " that volume " + n.VolumeName + " lives on"
 	case n.Backends != "":
@@ -296,4 +306,93 @@ func placedVolumes(ps []sched.Placement, idx snapshotIndex) []volumeBind {
 		}
 	}
 	return out
+}
+
+// assignVolumeTasks lets a gang's like tasks trade places so that each
+// job lands on the host its volumes live on: sched places a gang's tasks
+// in order under one selector for the whole gang, so with a volume per
+// node (name: data-${{ dstack.node_rank }}) it may put rank 0 on rank 1's
+// host. Jobs whose requests are equal are interchangeable for the
+// placement (same resources, same needs), so their placements are matched
+// to them by volume host; a gang no matching fits is left as placed, and
+// bindVolumes holds it back.
+func (s *Server) assignVolumeTasks(ps []sched.Placement, idx snapshotIndex) {
+	byJob := map[string][]int{}
+	for i, p := range ps {
+		if !p.Pipelined && p.Task < len(idx.jobs[p.Job]) {
+			byJob[p.Job] = append(byJob[p.Job], i)
+		}
+	}
+	for job, is := range byJob {
+		if len(is) < 2 || len(is) > 64 {
+			continue
+		}
+		recs := idx.jobs[job]
+		tasks := make([]int, len(is))
+		want := make([]string, len(is)) // by position in is: the host the task's volumes live on
+		reqs := make([]taskRequest, len(is))
+		managed := false
+		for k, i := range is {
+			t := ps[i].Task
+			js, err := jobSpecOf(recs[t])
+			if err != nil {
+				managed = false
+				break
+			}
+			tasks[k], reqs[k] = t, js.Request
+			for _, v := range js.Spec.Volumes {
+				if v.Managed == nil {
+					continue
+				}
+				managed = true
+				if h := s.volumeHost(*v.Managed); h != "" {
+					want[k] = h
+				}
+			}
+		}
+		if !managed {
+			continue
+		}
+		// assign[k] is the position in is (the placement) task k takes.
+		assign := make([]int, len(is))
+		used := make([]bool, len(is))
+		var try func(k int) bool
+		try = func(k int) bool {
+			if k == len(is) {
+				return true
+			}
+			for pos := range is {
+				node := ps[is[pos]].Node
+				if used[pos] || reqs[pos] != reqs[k] || want[k] != "" && want[k] != node {
+					continue
+				}
+				used[pos], assign[k] = true, pos
+				if try(k + 1) {
+					return true
+				}
+				used[pos] = false
+			}
+			return false
+		}
+		if !try(0) {
+			continue
+		}
+		for k := range is {
+			ps[is[assign[k]]].Task = tasks[k]
+		}
+	}
+}
+
+// volumeHost is the host the volume ref names lives on ("" for none yet,
+// or a volume gone).
+func (s *Server) volumeHost(ref api.ManagedVolumeRef) string {
+	rec, err := s.store.Volumes().Get(volumeRecordID(ref.Project, ref.Name))
+	if err != nil {
+		return ""
+	}
+	st, err := volumeStateOf(rec)
+	if err != nil || st.VolumeID != ref.ID {
+		return ""
+	}
+	return st.Instance
 }

@@ -3,6 +3,8 @@ package daemon
 import (
 	"fmt"
 	"strings"
+
+	"gpud.dev/gpud/api"
 )
 
 // The plan's checks and notes of managed volumes: a `type: volume`'s
@@ -79,12 +81,45 @@ func checkManagedVolumeName(fc *fieldCheck, path string) *refusal {
 		if err != nil {
 			return &refusal{Why: err.Error(), Instead: "delete the volume and apply it again"}
 		}
-		if st.Instance != "" && len(fc.hosts) > 0 && !fc.anyHost(func(h candidateHost, _ fieldTarget) bool { return h.id == st.Instance }) {
+		if st.Instance == "" {
+			continue
+		}
+		if _, err := fc.srv.store.Instances().Get(st.Instance); err != nil {
+			return &refusal{Why: fmt.Sprintf("volume %q lived on host %s, which is gone, and its data with it", name, st.Instance),
+				Instead: "gpud volume delete " + name + ", then apply it again: the next job makes it anew"}
+		}
+		if len(fc.hosts) > 0 && !fc.anyHost(func(h candidateHost, _ fieldTarget) bool { return h.id == st.Instance }) {
 			return &refusal{Why: fmt.Sprintf("volume %q lives on host %s, which this run may not use", name, st.Instance),
 				Instead: "let the run use that host (its fleets, backends, instances), or use another volume"}
 		}
+		if other, host := fc.otherVolumeHost(v, n, replicaNodes, st.Instance); other != "" {
+			return &refusal{Why: fmt.Sprintf("volume %q lives on host %s and volume %q on host %s, and one job runs on one host", name, st.Instance, other, host),
+				Instead: "mount volumes that live on one host (or new ones) in the same job"}
+		}
 	}
 	return nil
+}
+
+// otherVolumeHost finds another `name:` volume of the run that node n's
+// job mounts and that lives on a host other than host.
+func (fc *fieldCheck) otherVolumeHost(self api.VolumeMount, n nodeLayout, nodes int, host string) (string, string) {
+	for _, v := range fc.run.Volumes {
+		if v.Name == "" || v == self {
+			continue
+		}
+		name, err := volumeName(v, n, nodes)
+		if err != nil {
+			continue
+		}
+		rec, err := fc.srv.store.Volumes().Get(volumeRecordID(fc.project, name))
+		if err != nil {
+			continue
+		}
+		if st, err := volumeStateOf(rec); err == nil && st.Instance != "" && st.Instance != host {
+			return name, st.Instance
+		}
+	}
+	return "", ""
 }
 
 // noteManagedVolumes says, in the plan, where the run's volumes live and

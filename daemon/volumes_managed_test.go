@@ -374,3 +374,99 @@ func TestManagedVolumeOnProcessOnlyHostsIsRefusedByItsPath(t *testing.T) {
 		t.Fatalf("a refused run bound the volume to %s", v.Instance)
 	}
 }
+
+// A two-node task with a volume per node (shard-${{ dstack.node_rank }})
+// on two Docker hosts: each volume is made on its node's host, and when
+// the volumes live the other way round from how the scheduler would place
+// the nodes (as two earlier runs could have left them; the test swaps
+// them), each node still lands on its own volume's host and reads it.
+func TestManagedVolumePerNodeFollowsEachNodeToItsHost(t *testing.T) {
+	bin := staticGpud(t)
+	ts := startContainerServer(t, Options{RegistrationListen: "127.0.0.1:0"})
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/fleets/apply",
+		api.ApplyRequest{ConfigurationYAML: "type: fleet\nname: pair\nnodes: 0..2\n"}, nil)
+	dirs := map[string]string{} // hostname -> agent data dir
+	for _, h := range []string{"pair-a", "pair-b"} {
+		var tok api.RegistrationToken
+		ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/fleets/pair/tokens", nil, &tok)
+		dirs[h] = t.TempDir()
+		testutil.RegisteringAgent{Bin: bin, URL: ts.RegistrationURL(), Token: tok.Token, CA: filepath.Join(ts.opts.DataDir, RegistrationCAFile),
+			FakeGPUs: "1xH100:80GB", Hostname: h, DataDir: dirs[h],
+			Args: []string{"--agent-id", h + "-" + randomWord(t), "--runtime", "docker"}}.Start(t)
+	}
+	hostDir := map[string]string{} // instance -> agent data dir
+	testutil.Eventually(t, 60*time.Second, func() error {
+		var seen []string
+		for _, h := range ts.candidateHosts("main") {
+			seen = append(seen, h.id+" "+h.info.Hostname+" "+h.runtime)
+			for name, d := range dirs {
+				if h.fleetName == "pair" && strings.Contains(h.id, name) && h.runtime == "docker" {
+					hostDir[h.id] = d
+				}
+			}
+		}
+		if len(hostDir) != 2 {
+			return fmt.Errorf("%d of the 2 pair hosts registered with Docker: %q", len(hostDir), seen)
+		}
+		return nil
+	})
+	for _, n := range []string{"shard-0", "shard-1"} {
+		ts.applyVolume(ts.admin, "main", "type: volume\nname: "+n+"\nbackend: registered\n")
+	}
+	task := func(name, cmd string) string {
+		return "type: task\nname: " + name + "\nnodes: 2\nresources:\n  gpu: 1\nvolumes:\n  - name: shard-${{ dstack.node_rank }}\n    path: /shard\ncommands:\n  - " + cmd + "\n"
+	}
+	run, _ := ts.runOutput("pw", task("pw", "echo rank-$DSTACK_NODE_RANK > /shard/f"), "done")
+	onHost := func(run api.Run, rank int) string {
+		for _, j := range run.Jobs {
+			if j.NodeRank == rank {
+				return j.Instance
+			}
+		}
+		t.Fatalf("run %s has no node %d: %+v", run.Name, rank, run.Jobs)
+		return ""
+	}
+	h0, h1 := onHost(run, 0), onHost(run, 1)
+	for rank, h := range []string{h0, h1} {
+		name := fmt.Sprintf("shard-%d", rank)
+		v, _ := ts.volumeNamed("main", name)
+		if v.Instance != h {
+			t.Fatalf("volume %s lives on %q, want %q, the host of node %d", name, v.Instance, h, rank)
+		}
+	}
+	if h0 == h1 {
+		t.Fatalf("both nodes ran on %s", h0)
+	}
+	// Swap where the volumes live, data with them.
+	for rank, to := range []string{h1, h0} {
+		id := volumeRecordID("main", fmt.Sprintf("shard-%d", rank))
+		rec, err := ts.store.Volumes().Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := volumeStateOf(rec)
+		from := st.Instance
+		st.Instance = to
+		rec.Spec = encodeSpec(st)
+		if _, err := ts.store.Apply(t.Context(), store.Update(rec)); err != nil {
+			t.Fatal(err)
+		}
+		src := filepath.Join(hostDir[from], "volumes", "main", st.VolumeID)
+		dst := filepath.Join(hostDir[to], "volumes", "main", st.VolumeID)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(src, dst); err != nil { // each id lives on one host: dst is free
+			t.Fatal(err)
+		}
+	}
+	run, out := ts.runOutput("pr", task("pr", "echo node-$DSTACK_NODE_RANK-reads-$(cat /shard/f)"), "done")
+	if onHost(run, 0) != h1 || onHost(run, 1) != h0 {
+		t.Fatalf("node 0 ran on %s and node 1 on %s, want each on its volume's host (%s, %s)", onHost(run, 0), onHost(run, 1), h1, h0)
+	}
+	for _, want := range []string{"node-0-reads-rank-0", "node-1-reads-rank-1"} {
+		if !slices.Contains(out, want) {
+			t.Fatalf("the nodes printed %q, want %q", out, want)
+		}
+	}
+}
