@@ -20,7 +20,7 @@ var runRules = fieldRules{
 	"volumes.path":          {Proof: []string{"daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath", "daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker", "daemon.TestManagedVolumeOnProcessOnlyHostsIsRefusedByItsPath"}, Check: checkVolumePath},
 	"volumes.optional":      {Proof: []string{"daemon.TestOptionalInstanceVolumeIsSkippedWhereTheHostDoesNotAllowIt"}, Note: noteOptionalVolumes},
 	// Managed volumes (`type: volume` on a gpud host backend); daemon/volumes_managed*.go.
-	"volumes.name": {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker", "daemon.TestManagedVolumeAttacksAreRefused"}, Check: checkManagedVolumeName, Note: noteManagedVolumes},
+	"volumes.name": {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker", "daemon.TestManagedVolumeKeepsItsRunsOnItsHost", "daemon.TestManagedVolumePerNodeFollowsEachNodeToItsHost", "daemon.TestManagedVolumeAttacksAreRefused"}, Check: checkManagedVolumeName, Note: noteManagedVolumes},
 	// repos and files: the client packs them (internal/upload), the server
 	// keeps the archive and pushes it to the job's agent, which unpacks it
 	// into the job's working directory (daemon/uploads.go).
