@@ -120,5 +120,6 @@ var Routes = []Route{
 	{"DELETE", projectPrefix + "/secrets/{name}", AccessProjectManager, "-", "204"},
 	{"POST", "/api/v1/agents/heartbeat", AccessGlobalAdmin, "Heartbeat", "HeartbeatResponse"},
 	{"", "/proxy/services/{project}/{run}/{path...}", AccessService, "any", "the service's answer"},
+	{"GET", "/metrics", AccessGlobalAdmin, "-", "Prometheus text: the gateway's requests by service and status, latency, in-flight (docs/gateway.md)"},
 	{"", "/proxy/models/{project}/{path...}", AccessProjectUser, "OpenAI request naming its model (POST v1/chat/completions, v1/completions, v1/embeddings)", "the model's service's answer, streamed; GET v1/models: OpenAI's model list"},
 }

@@ -3,109 +3,95 @@ package daemon
 import (
 	"fmt"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
-	"strings"
-	"sync/atomic"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/proxy"
 	"gpud.dev/gpud/store"
 )
 
-// handleServiceProxy serves /proxy/services/{project}/{run}/... : it picks
-// a running replica round-robin and reverse-proxies to its published port
-// with the prefix stripped, flushing as bytes arrive (SSE and streaming
-// responses are not buffered).
+// The server's services go through the gateway (proxy.Gateway): by path
+// at /proxy/services/{project}/{run}/... on the API listener, and by host
+// (<run>.<domain>) on the gateway's listeners (gateway_tls.go). The
+// gateway checks a service's auth itself, against the same tokens and
+// roles as the API (gatewayResolver.Authorize).
+
+// startServiceGateway makes the gateway, feeds its resolver the store's
+// changes, and hands it to the host routing and to the autoscaler.
+func (s *Server) startServiceGateway() error {
+	s.gwResolver = newGatewayResolver(s)
+	gw, err := proxy.New(s.gwResolver, proxy.Options{})
+	if err != nil {
+		return err
+	}
+	s.gw = gw
+	sub := s.store.Subscribe("", store.KindRun, store.KindJob, store.KindGateway)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.gwResolver.feedLoop(s.ctx, sub)
+	}()
+	s.gateway.serveServices(gw)
+	s.setRequestRates(gw)
+	return nil
+}
+
+// openService sends a request for an active service to the gateway,
+// which authorizes it as the service's auth says; any other proxy path
+// goes to authed (the API's token and role checks, then
+// handleServiceProxy), so a caller without a token learns nothing of a
+// run that is no service: it gets the API's 401.
+func (s *runsAPI) openService(authed http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		project, name := r.PathValue("project"), r.PathValue("run")
+		svc, ok := s.gwResolver.Service(project, name)
+		if !ok {
+			authed.ServeHTTP(w, r)
+			return
+		}
+		s.gw.ServeService(w, r, svc, proxy.PathPrefix+project+"/"+name)
+	})
+}
+
+// handleServiceProxy answers, for a member of the project, a proxy path
+// that names no active service.
 func (s *runsAPI) handleServiceProxy(w http.ResponseWriter, r *http.Request) error {
 	run, err := s.authorizedRun(r)
 	if err != nil {
 		return err
 	}
-	return s.proxyService(w, r, run, false)
-}
-
-// openService serves a service whose configuration says auth: false to
-// anyone; every other request goes to authed (the token and role checks).
-// A caller without a token learns nothing more than before: an unknown
-// run, a task, or a service with auth gets the same 401.
-func (s *runsAPI) openService(authed http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		run, ok := s.openRun(r.PathValue("project"), r.PathValue("run"))
-		if !ok {
-			authed.ServeHTTP(w, r)
-			return
-		}
-		// The service's own Authorization header (an API key of the
-		// model server) goes through; a gpud token never reaches the
-		// service's code, whoever wrote it.
-		token, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		_, err := s.store.UserByToken(token)
-		keep := !(bearer && token != "" && err == nil)
-		s.route(func(w http.ResponseWriter, r *http.Request) error {
-			return s.proxyService(w, r, run, keep)
-		}).ServeHTTP(w, r)
-	})
-}
-
-// openRun finds the run named in a proxy path if it is an active service
-// with auth: false.
-func (s *runsAPI) openRun(project, name string) (store.Record, bool) {
-	run, err := s.findRun(project, name)
-	if err != nil || finishedRun(run.Status) {
-		return store.Record{}, false
-	}
 	rs, err := s.runSpec(run)
-	if err != nil || rs.Type != api.KindService || !rs.OpenService {
-		return store.Record{}, false
+	if err != nil {
+		return err
 	}
-	return run, true
+	if rs.Type != api.KindService {
+		return apiErr(http.StatusNotFound, api.CodeNotFound, "", "run %q is a %s: only services are served at /proxy/services/", run.Name, rs.Type)
+	}
+	return apiErr(http.StatusServiceUnavailable, proxy.CodeNoReplica, "", "service %q is %s: it takes no requests", run.Name, run.Status)
 }
 
-// proxyService forwards r to a running replica of run. keepAuth passes
-// the Authorization header on: it is the service's own, not a gpud token.
+// handleMetrics serves the gateway's Prometheus metrics.
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
+	s.gw.MetricsHandler().ServeHTTP(w, r)
+	return nil
+}
+
+// proxyService forwards r, whose path is the replica's, to run's service
+// through the gateway (rate limits, auth, a replica). keepAuth is
+// ignored: the gateway decides what reaches the service. The model
+// routes call it (gateway_models.go); s.gw.Forward is the same.
 func (s *runsAPI) proxyService(w http.ResponseWriter, r *http.Request, run store.Record, keepAuth bool) error {
-	rs, err := s.runSpec(run)
-	if err != nil {
-		return err
+	_ = keepAuth
+	svc, ok := s.gwResolver.Service(run.Project, run.ID)
+	if !ok {
+		return apiErr(http.StatusServiceUnavailable, proxy.CodeNoReplica, "", "service %q is %s: it takes no requests", run.Name, run.Status)
 	}
-	s.svc.counter.add(run.Project + "/" + run.Name)
-	targets, err := s.serviceTargets(run)
-	if err != nil {
-		return err
-	}
-	if len(targets) == 0 && s.scalesToZero(run) {
-		// Scale from zero: the request waits for the first replica.
-		if targets, err = s.waitColdStart(r.Context(), run); err != nil {
-			return err
-		}
-	}
-	if len(targets) == 0 {
-		return apiErr(http.StatusServiceUnavailable, "no_replica", "", "service %q has no running replica (status %s)", run.Name, run.Status)
-	}
-	target := targets[int(s.proxyRR.Add(1))%len(targets)]
-	prefix := "/proxy/services/" + run.Project + "/" + r.PathValue("run")
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(&url.URL{Scheme: "http", Host: target})
-			pr.Out.URL.Path = "/" + strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, prefix), "/")
-			if rs.KeepPrefix {
-				// strip_prefix: false: the service sees the whole path.
-				pr.Out.URL.Path = r.URL.Path
-			}
-			pr.Out.URL.RawPath = ""
-			if !keepAuth {
-				pr.Out.Header.Del("Authorization") // the gpud token stays here
-			}
-			pr.SetXForwarded()
-		},
-		FlushInterval: -1,
-	}
-	rp.ServeHTTP(w, r)
+	s.gw.Forward(w, r, svc)
 	return nil
 }
 
 // serviceTargets are the addresses of run's ready replicas (running and,
-// with probes, passing them: replicaReady).
+// with probes, passing them: replicaReady) that publish a port on the
+// server's host; the autoscaler's cold start reads it.
 func (s *runsAPI) serviceTargets(run store.Record) ([]string, error) {
 	var targets []string
 	for _, j := range s.store.Jobs().ByRun(run.ID) {
@@ -129,6 +115,3 @@ func (s *runsAPI) serviceTargets(run store.Record) ([]string, error) {
 	}
 	return targets, nil
 }
-
-// proxyCounter spreads requests over replicas.
-type proxyCounter = atomic.Uint64

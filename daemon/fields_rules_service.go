@@ -24,7 +24,7 @@ var serviceRules = fieldRules{
 	// has certificate: none), as api_gateways.go's serviceHosts says.
 	"service:https":       {Proof: []string{"daemon.TestGatewayWithoutCertificateServesPlainHTTP"}},
 	"service:scaling":     {Subtree: true, Proof: []string{"daemon.TestServiceAutoscalesOnRequestRate", "daemon.TestServiceScalesUpUnderLoad", "daemon.TestServiceScalesToZeroAndWakesOnRequest"}},
-	"service:rate_limits": {All: gatewayRefusal("rate limiting")},
+	"service:rate_limits": {Subtree: true, Proof: rateLimitProof},
 	"service:probes":      {Subtree: true, Proof: []string{"daemon.TestServiceRollingUpdateKeepsTheOldVersionWhenProbesFail"}},
 	"service:replicas": {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy", "daemon.TestServiceAutoscalesOnRequestRate"},
 		Check: func(fc *fieldCheck, _ string) *refusal {
@@ -49,6 +49,12 @@ var serviceRules = fieldRules{
 	"service:replicas.scaling": {All: &refusal{Why: "autoscaling per replica group is not done yet (a service's own `replicas: a..b` with `scaling` is autoscaled)",
 		Instead: "give each group a fixed count, or use one group of replicas with `replicas: a..b` and `scaling`"}},
 }
+
+// rateLimitProof shows rate_limits in effect: the server's gateway (429
+// with Retry-After past the burst, a prefix's own limit) and the gateway
+// package (the longest prefix, ip and header keys).
+var rateLimitProof = []string{"daemon.TestServiceRateLimitsAnswer429ThroughTheGateway", "proxy.TestRateLimitAllowsTheBurstThenAnswers429",
+	"proxy.TestRateLimitKeysOnTheConnectionNotOnXForwardedFor"}
 
 func isRangeCount(r api.Range[int]) bool {
 	return r.Min == nil || r.Max == nil || *r.Min != *r.Max

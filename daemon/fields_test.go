@@ -131,7 +131,6 @@ var refusedSamples = map[string]string{
 	"dev-environment:version":          "type: dev-environment\nversion: 1.2.3\n",
 	"task:groups.python":               "type: task\ngroups:\n  - name: a\n    python: \"3.11\"\n    commands: [true]\n",
 	"task:groups.ports":                "type: task\ngroups:\n  - name: a\n    ports: [8000]\n    commands: [true]\n",
-	"service:rate_limits":              "type: service\nport: 8000\ncommands: [true]\nrate_limits:\n  - rps: 1\n",
 	"service:replicas.python":          "type: service\nport: 8000\nreplicas:\n  - python: \"3.11\"\n    commands: [true]\n",
 	"service:replicas.nvcc":            "type: service\nport: 8000\nreplicas:\n  - nvcc: true\n    commands: [true]\n",
 	"service:replicas.docker":          "type: service\nport: 8000\nreplicas:\n  - docker: true\n    commands: [true]\n",

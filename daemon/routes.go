@@ -66,6 +66,7 @@ func (s *Server) routes() (http.Handler, error) {
 		"PUT /api/v1/projects/{project}/secrets/{name}":                s.accountsAPI.handleSetSecret,
 		"DELETE /api/v1/projects/{project}/secrets/{name}":             s.accountsAPI.handleDeleteSecret,
 		"POST /api/v1/agents/heartbeat":                                s.hosts.handleHeartbeat,
+		"GET /metrics":                                                 s.handleMetrics,
 		"/proxy/services/{project}/{run}/{path...}":                    s.runsAPI.handleServiceProxy,
 		"/proxy/models/{project}/{path...}":                            s.runsAPI.handleModels,
 	}

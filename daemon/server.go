@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"gpud.dev/gpud/plugins/sshfleet"
+	"gpud.dev/gpud/proxy"
 	"gpud.dev/gpud/store"
 )
 
@@ -168,7 +169,10 @@ type Server struct {
 	agents  agentSet
 	working tracker
 	names   nameLocks
-	proxyRR proxyCounter
+	// gw serves services (proxy.Gateway); gwResolver is its view of
+	// the store (api_proxy.go, gateway_resolver.go).
+	gw         *proxy.Gateway
+	gwResolver *gatewayResolver
 	// svc is the service loop's memory (autoscale.go, probes.go).
 	svc services
 	// schedWake wakes the scheduler loop (buffer 1: wake-ups coalesce).
@@ -271,6 +275,9 @@ func (s *Server) start(ctx context.Context) error {
 		}()
 	}
 	s.reconciler.resync(ctx)
+	if err := s.startServiceGateway(); err != nil {
+		return err
+	}
 	h, err := s.routes()
 	if err != nil {
 		return err

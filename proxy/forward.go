@@ -17,6 +17,10 @@ type forward struct {
 	prefix    string // the path's part that named the service
 	strip     bool   // strip_prefix: the replica does not see prefix
 	stripAuth bool   // the Authorization header is the server's, not the service's
+	// coldUntil, for a request that woke a service from zero, is until
+	// when refused connections are retried: a replica that just started
+	// may not listen yet.
+	coldUntil time.Time
 }
 
 type forwardKey struct{}
@@ -71,9 +75,15 @@ func (st *serviceState) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var tried []*replica
 	var lastErr error = errNoReplica
+	rounds := 0
 	for {
 		now := time.Now().UnixNano()
 		rep := st.pick(tried, now)
+		if rep == nil && len(tried) > 0 && !(body != nil && body.started) && st.holdCold(req, rounds+1) {
+			rounds++
+			tried = tried[:0]
+			continue
+		}
 		if rep == nil {
 			return nil, lastErr
 		}
@@ -96,6 +106,28 @@ func (st *serviceState) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.m.retries.Inc()
 		tried = append(tried, rep)
 		lastErr = err
+	}
+}
+
+// holdCold waits before another round over the replicas of a service
+// that is starting from zero, while its cold-start bound lasts; false
+// when the request may not wait.
+func (st *serviceState) holdCold(req *http.Request, round int) bool {
+	f, _ := req.Context().Value(forwardKey{}).(*forward)
+	if f == nil || f.coldUntil.IsZero() {
+		return false
+	}
+	wait := min(time.Duration(round)*50*time.Millisecond, time.Second)
+	if time.Now().Add(wait).After(f.coldUntil) {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-req.Context().Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -199,7 +199,9 @@ func (g *Gateway) ServeService(w http.ResponseWriter, r *http.Request, svc *Serv
 	} else if r.Header.Get("Authorization") != "" {
 		stripAuth = g.serverCredential(r, svc)
 	}
+	var coldUntil time.Time
 	if len(svc.Replicas) == 0 {
+		coldUntil = time.Now().Add(g.opts.ColdStart)
 		ready, err := g.coldStart(r.Context(), svc)
 		if err != nil {
 			writeError(rec, http.StatusServiceUnavailable, CodeNoReplica, "%v", err)
@@ -207,9 +209,18 @@ func (g *Gateway) ServeService(w http.ResponseWriter, r *http.Request, svc *Serv
 		}
 		svc, st = ready, g.state(ready)
 	}
-	f := &forward{prefix: prefix, strip: svc.StripPrefix && prefix != "", stripAuth: stripAuth}
+	f := &forward{prefix: prefix, strip: svc.StripPrefix && prefix != "", stripAuth: stripAuth, coldUntil: coldUntil}
 	st.proxy.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
 }
+
+// Forward serves r for svc with r's path as the replica sees it (as a
+// host-routed request): rate limits, auth, a replica, the forward. It
+// makes the Gateway a Forwarder for the model routes.
+func (g *Gateway) Forward(w http.ResponseWriter, r *http.Request, svc *Service) {
+	g.ServeService(w, r, svc, "")
+}
+
+var _ Forwarder = (*Gateway)(nil)
 
 // serverCredential says whether r's Authorization header is a gpud
 // credential (see ServerCredentials).

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,6 +112,24 @@ func TestColdStartWaitsForTheFirstReplica(t *testing.T) {
 	code, body, _ := get(t, gw.URL+"/proxy/services/p/down/")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "provisioning") || !strings.Contains(body, CodeNoReplica) {
 		t.Errorf("no replica, min 1: %d %q", code, body)
+	}
+
+	// The first replica of a cold start may not listen yet: refused
+	// connections are retried within the bound.
+	var dials atomic.Int64
+	starting := Replica{ID: "starting", Dial: func(ctx context.Context) (net.Conn, error) {
+		if dials.Add(1) <= 3 {
+			return nil, errors.New("connection refused")
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", b.replica().Addr)
+	}}
+	res.set(&Service{Project: "p", Run: "zero", StripPrefix: true})
+	go func() {
+		res.waiting <- &Service{Project: "p", Run: "zero", StripPrefix: true, Replicas: []Replica{starting}}
+	}()
+	if code, body, _ := get(t, gw.URL+"/proxy/services/p/zero/up"); code != 200 || !strings.HasPrefix(body, "b /up") || dials.Load() != 4 {
+		t.Errorf("cold start on a replica that listens late: %d %q after %d dials", code, body, dials.Load())
 	}
 
 	res2 := newResolver(&Service{Project: "p", Run: "zero"})
