@@ -38,6 +38,21 @@ func takeConfig(dst *runState, src runState) {
 	dst.Targets, dst.Place, dst.OpenService, dst.KeepPrefix = src.Targets, src.Place, src.OpenService, src.KeepPrefix
 }
 
+// rolloutSettle is how long a new replica without probes must have run
+// before a rolling update counts it ready and retires an old one: one
+// that crashes at start stops the update while the old replicas serve.
+const rolloutSettle = 5 * time.Second
+
+// rolloutReady says whether a new replica j of a rolling update is ready
+// to take over: ready (replicaReady), and, without probes, running for
+// rolloutSettle.
+func (s *Server) rolloutReady(j store.Record, js jobRecordSpec) bool {
+	if !s.replicaReady(j.ID) {
+		return false
+	}
+	return len(js.Probes) > 0 || (!js.StartedAt.IsZero() && s.now().Sub(js.StartedAt) >= rolloutSettle)
+}
+
 // rolloutTimeout bounds how long new replicas may take to be ready.
 func (s *Server) rolloutTimeout() time.Duration {
 	if s.opts.RolloutTimeout > 0 {
@@ -178,13 +193,15 @@ func (s *Server) stepRollout(ctx context.Context, v serviceView) error {
 			if failed == "" {
 				failed = fmt.Sprintf("new replica %s ended (%s: %s)", j.Name, j.Status, j.Reason)
 			}
-		case js.Deployment == to && !s.replicaReady(j.ID):
+		case js.Deployment == to && !s.rolloutReady(j, js):
 			if notReady == "" {
 				notReady = fmt.Sprintf("new replica %s is %s", j.Name, j.Status)
 				if f := s.probeFailure(j.ID); f != "" {
 					notReady += ", its last probe failed: " + f
-				} else if j.Status == store.JobRunning {
+				} else if j.Status == store.JobRunning && len(js.Probes) > 0 {
 					notReady += ", its probes have not passed yet"
+				} else if j.Status == store.JobRunning {
+					notReady += fmt.Sprintf(", running for less than %s", rolloutSettle)
 				}
 			}
 		case js.Deployment != to && !finishedJob(j.Status):
