@@ -394,7 +394,7 @@ func checkServiceGateway(fc *fieldCheck, _ string) *refusal {
 // runs other projects have.
 func (s *Server) handleGatewayHost(w http.ResponseWriter, r *http.Request) error {
 	host := strings.ToLower(strings.TrimSuffix(r.PathValue("host"), "."))
-	run, plain, ok := s.serviceAtHost(host)
+	run, plain, ok := s.hostAt(host)
 	if ok {
 		if _, err := s.projectRole(callerOf(r), run.Project); err != nil {
 			ok = false

@@ -44,6 +44,8 @@ type gatewayServer struct {
 	// external: standalone gateways serve the gateway domains
 	// (Options.ExternalGateway).
 	external bool
+	// hosts caches which service a hostname reaches (gateway_hosts.go).
+	hosts hostCache
 
 	tls         *proxy.TLS // nil in GatewayTLSNone mode or when off
 	https, http *http.Server
@@ -107,6 +109,7 @@ func gatewayEnabled(o Options) bool {
 func (s *Server) startGateway(ctx context.Context, api http.Handler) error {
 	o := s.opts
 	s.gateway.external = o.ExternalGateway
+	s.startHostFeed()
 	if !gatewayEnabled(o) {
 		return nil
 	}
@@ -237,7 +240,7 @@ func (s *Server) gatewayFront(api http.Handler) http.Handler {
 		if s.serveModelsHost(w, r, api) { // gateway.<domain>: gateway_models.go
 			return
 		}
-		run, _, ok := s.serviceAtHost(requestHost(r))
+		run, _, ok := s.hostAt(requestHost(r))
 		if !ok {
 			api.ServeHTTP(w, r)
 			return
@@ -270,7 +273,7 @@ func (s *Server) plainHost(host string) bool {
 	if _, plain, ok := s.modelsAtHost(host); ok {
 		return plain
 	}
-	_, plain, ok := s.serviceAtHost(host)
+	_, plain, ok := s.hostAt(host)
 	return ok && plain
 }
 
@@ -283,7 +286,7 @@ func (s *Server) allowCertificate(_ context.Context, name string) error {
 	if name != "" && name == s.opts.Domain {
 		return nil
 	}
-	if _, plain, ok := s.serviceAtHost(name); ok && !plain {
+	if _, plain, ok := s.hostAt(name); ok && !plain {
 		return nil
 	}
 	if _, plain, ok := s.modelsAtHost(name); ok && !plain {
