@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"fmt"
 	"net/http"
 
 	"gpud.dev/gpud/api"
@@ -87,31 +86,4 @@ func (s *runsAPI) proxyService(w http.ResponseWriter, r *http.Request, run store
 	}
 	s.gw.Forward(w, r, svc)
 	return nil
-}
-
-// serviceTargets are the addresses of run's ready replicas (running and,
-// with probes, passing them: replicaReady) that publish a port on the
-// server's host; the autoscaler's cold start reads it.
-func (s *runsAPI) serviceTargets(run store.Record) ([]string, error) {
-	var targets []string
-	for _, j := range s.store.Jobs().ByRun(run.ID) {
-		if j.Status != store.JobRunning || !s.replicaReady(j.ID) {
-			continue
-		}
-		js, err := s.jobSpec(j)
-		if err != nil {
-			return nil, err // 500 naming the job: a replica the proxy cannot read
-		}
-		for _, p := range js.Ports {
-			if p.Host != 0 {
-				host := p.HostIP
-				if host == "" || host == "0.0.0.0" {
-					host = "127.0.0.1"
-				}
-				targets = append(targets, fmt.Sprintf("%s:%d", host, p.Host))
-				break
-			}
-		}
-	}
-	return targets, nil
 }

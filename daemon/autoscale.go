@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"sort"
 	"sync"
 	"time"
@@ -20,9 +19,8 @@ import (
 // with `scaling`), and moves a rolling update along.
 
 // requestRates is where the autoscaler reads a service's request rate:
-// the gateway's (set by its wiring with setRequestRates), else the
-// server's own proxy's count (serviceCounter). Rate is the recent rate
-// of requests to the service keyed "project/run", in requests per
+// the gateway's (its wiring calls setRequestRates). Rate is the recent
+// rate of requests to the service keyed "project/run", in requests per
 // second; the autoscaler averages it over the scaling window.
 type requestRates interface{ Rate(key string) float64 }
 
@@ -64,7 +62,6 @@ type services struct {
 	rates   requestRates
 	samples map[string][]rateSample // run id -> samples within its window
 	probes  map[string]*replicaProbe
-	counter serviceCounter
 	configs map[string]cachedConfig // run id -> its parsed configuration
 }
 
@@ -113,8 +110,14 @@ func (s *Server) requestRates() requestRates {
 	if s.svc.rates != nil {
 		return s.svc.rates
 	}
-	return &s.svc.counter
+	return noRates{}
 }
+
+// noRates is the rate source before the gateway sets its own: no
+// requests.
+type noRates struct{}
+
+func (noRates) Rate(string) float64 { return 0 }
 
 // serviceLoop runs the service loop until ctx ends.
 func (s *Server) serviceLoop(ctx context.Context) {
@@ -489,43 +492,4 @@ func (s *Server) copyReplica(j store.Record, attempt, d, replica int, why string
 func scaledToZero(st runState) bool {
 	return st.Type == api.KindService && !st.Stop && st.Service != nil && st.Service.Scaled &&
 		st.Service.Replicas == 0 && st.Service.Rollout == nil
-}
-
-// coldStartHold bounds how long a request to a service scaled to zero
-// waits for its first replica to be ready.
-const coldStartHold = 2 * time.Minute
-
-// scalesToZero reports whether run is a service whose replicas may be 0.
-func (s *Server) scalesToZero(run store.Record) bool {
-	v, ok, err := s.serviceOf(run)
-	if err != nil || !ok {
-		return false
-	}
-	_, lo, _, ok := scalingOf(v.sv)
-	return ok && lo == 0
-}
-
-// waitColdStart wakes a service scaled to zero (scaleFromZero) and waits
-// until one of its replicas is ready, the request ends, or coldStartHold
-// passes (503 saying so).
-func (s *runsAPI) waitColdStart(ctx context.Context, run store.Record) ([]string, error) {
-	if err := s.scaleFromZero(ctx, run.Project, run.Name); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, coldStartHold)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		targets, err := s.serviceTargets(run)
-		if err != nil || len(targets) > 0 {
-			return targets, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, apiErr(http.StatusServiceUnavailable, "cold_start", "",
-				"service %q scaled to zero and no replica was ready within %s of this request; try again", run.Name, coldStartHold)
-		case <-tick.C:
-		}
-	}
 }
