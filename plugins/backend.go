@@ -1,0 +1,147 @@
+package plugins
+
+import (
+	"context"
+	"time"
+
+	"gpud.dev/gpud/api"
+)
+
+// ProtocolVersion is the version of the backend protocol that this build
+// speaks over go-plugin. A plugin that speaks another is refused at the
+// handshake, naming both versions.
+const ProtocolVersion = 1
+
+// Backend is what the server asks of a backend: the one interface that
+// built-in backends (run as `gpud plugin serve NAME` subprocesses) and
+// external plugins serve over go-plugin, and that the server's side of
+// the protocol implements again, so the server holds a Backend whatever
+// process runs it.
+//
+// A backend runs work in one of two ways, and says which in Info:
+//   - job backends (Kubernetes, Slurm) run gpud's jobs themselves, as pods
+//     or batch jobs: StartGang, Status, Stop, Logs;
+//   - instance backends (clouds) create machines that boot `gpud agent`
+//     and join a fleet; the server then runs jobs there through the agent:
+//     CreateInstance, TerminateInstance.
+//
+// The methods a backend does not support answer ErrUnsupported. Every
+// method is idempotent on its ids: the server retries after a plugin
+// restart without knowing whether the first call landed.
+type Backend interface {
+	// Info names the backend and what it supports.
+	Info(ctx context.Context) (Info, error)
+	// Check validates the backend's configuration and credentials with
+	// the engine or cloud (a kubeconfig that reaches its API server), so
+	// a bad configuration fails at `gpud backend add`, not at a run.
+	Check(ctx context.Context) error
+	// Offers lists the capacity the backend can give now, with prices.
+	Offers(ctx context.Context, q OfferQuery) ([]api.Offer, error)
+
+	// StartGang starts the jobs of one gang all-or-nothing (a multi-node
+	// task's nodes, or one job); a gang id already started is a no-op.
+	StartGang(ctx context.Context, g Gang) error
+	// Status reports the jobs the backend runs for gang (all its jobs,
+	// also finished ones it still knows).
+	Status(ctx context.Context, gang string) ([]api.JobStatus, error)
+	// List reports every gang the backend runs for this server, so a
+	// restarted server or plugin re-reads its work (nothing lost).
+	List(ctx context.Context) ([]string, error)
+	// Stop stops a gang's jobs (SIGTERM, then after grace a kill) and
+	// deletes what the backend created for it (pods, services).
+	Stop(ctx context.Context, gang string, grace time.Duration) error
+	// Logs streams a job's output from offset entries on; follow waits
+	// for more until the job ends or ctx does.
+	Logs(ctx context.Context, job string, follow bool, emit func(api.JobLogEntry) error) error
+
+	// CreateInstance provisions a machine that boots `gpud agent` with
+	// the registration settings in req; TerminateInstance removes it.
+	CreateInstance(ctx context.Context, req InstanceRequest) (Instance, error)
+	TerminateInstance(ctx context.Context, id string) error
+
+	// CreateVolume makes (or, with an existing id, registers) a network
+	// volume; DeleteVolume removes it.
+	CreateVolume(ctx context.Context, v api.VolumeSpec) (Volume, error)
+	DeleteVolume(ctx context.Context, id string) error
+}
+
+// Info describes a backend.
+type Info struct {
+	// Type is the backend type: kubernetes, slurm, aws, ...
+	Type string `json:"type"`
+	// Protocol is the backend protocol version it speaks.
+	Protocol int `json:"protocol"`
+	// Jobs: the backend runs jobs itself (StartGang...); Instances: it
+	// creates machines that run agents; Volumes: network volumes.
+	Jobs      bool `json:"jobs"`
+	Instances bool `json:"instances"`
+	Volumes   bool `json:"volumes"`
+	// Version is the plugin's own version, for `gpud backend list`.
+	Version string `json:"version,omitempty"`
+}
+
+// OfferQuery narrows offers; the zero value asks for all.
+type OfferQuery struct {
+	GPUName string `json:"gpu_name,omitempty"`
+	GPUs    int    `json:"gpus,omitempty"`
+	Spot    *bool  `json:"spot,omitempty"`
+	Region  string `json:"region,omitempty"`
+}
+
+// Gang is a set of jobs started together (all or none).
+type Gang struct {
+	// ID names the gang within the server (the run's id and attempt).
+	ID      string `json:"id"`
+	Project string `json:"project"`
+	Queue   string `json:"queue,omitempty"`
+	// Jobs are the gang's jobs in node-rank order; their Cluster field
+	// carries the multi-node environment.
+	Jobs []api.JobSpec `json:"jobs"`
+	// Service asks the backend to publish the jobs' ports as a service
+	// (a Kubernetes Service object) named after the gang.
+	Service bool `json:"service,omitempty"`
+}
+
+// InstanceRequest asks an instance backend for a machine.
+type InstanceRequest struct {
+	ID        string                `json:"id"`
+	Offer     api.Offer             `json:"offer"`
+	Spot      bool                  `json:"spot,omitempty"`
+	Register  RegistrationSettings  `json:"register"`
+	Resources api.InstanceResources `json:"resources"`
+}
+
+// RegistrationSettings are what a new machine's `gpud agent --server`
+// needs to join its fleet; the token is secret.
+type RegistrationSettings struct {
+	ServerURL string `json:"server_url"`
+	Token     string `json:"token"`
+	CAPEM     string `json:"ca_pem,omitempty"`
+	Fleet     string `json:"fleet"`
+}
+
+// Instance is a machine an instance backend made.
+type Instance struct {
+	ID       string  `json:"id"`
+	Region   string  `json:"region,omitempty"`
+	Address  string  `json:"address,omitempty"`
+	Price    float64 `json:"price"`
+	State    string  `json:"state"`
+	Hostname string  `json:"hostname,omitempty"`
+}
+
+// Volume is a network volume a backend made or registered.
+type Volume struct {
+	ID     string   `json:"id"`
+	Size   api.Size `json:"size,omitempty"`
+	Region string   `json:"region,omitempty"`
+	State  string   `json:"state"`
+}
+
+// ErrUnsupported is what a backend answers for a method outside what its
+// Info says it supports.
+var ErrUnsupported = errUnsupported{}
+
+type errUnsupported struct{}
+
+func (errUnsupported) Error() string { return "not supported by this backend" }
