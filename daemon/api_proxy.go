@@ -18,7 +18,7 @@ import (
 // changes, and hands it to the host routing and to the autoscaler.
 func (s *Server) startServiceGateway() error {
 	s.gwResolver = newGatewayResolver(s)
-	gw, err := proxy.New(s.gwResolver, proxy.Options{})
+	gw, err := proxy.New(s.gwResolver, proxy.Options{RateWindow: gatewayRateWindow})
 	if err != nil {
 		return err
 	}

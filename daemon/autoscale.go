@@ -29,6 +29,10 @@ const (
 	defaultScaleUpDelay   = 5 * time.Minute
 	defaultScaleDownDelay = 10 * time.Minute
 	defaultScalingWindow  = time.Minute
+	// gatewayRateWindow is the window of the gateway's Rate: short, so
+	// that a service's scaling.window (the autoscaler's mean of its
+	// samples) is what smooths the rate.
+	gatewayRateWindow = 5 * time.Second
 	// serviceTick paces the service loop: samples of the rate, scaling
 	// decisions and rollout steps.
 	serviceTick = 250 * time.Millisecond
