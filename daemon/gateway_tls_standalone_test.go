@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/x509"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
 	"gpud.dev/gpud/proxy"
 )
 
@@ -104,4 +107,46 @@ func TestStandaloneGatewayServesTheServersServicesOverHTTPS(t *testing.T) {
 	}
 	other := startStandaloneGateway(t, ts, bob)
 	noCertificateFor(t, other.HTTPSAddr(), "open.apps.gpud.test")
+}
+
+// TestStandaloneGatewayGetsItsCertificateFromPebble: the standalone
+// gateway's ACME path against Debian's pebble, with pebble validating on
+// the gateway's own listeners: the certificate chains to pebble's root and
+// one order is made; an unknown host makes none.
+func TestStandaloneGatewayGetsItsCertificateFromPebble(t *testing.T) {
+	httpPort, httpsPort := testutil.FreePort(t), testutil.FreePort(t)
+	pb := testutil.StartPebble(t, httpPort, httpsPort)
+	ts := startServerWith(t, Options{Runtime: "process", ExternalGateway: true})
+	if status, se, _ := applyGateway(ts, "main", "type: gateway\nname: apps\ndomain: apps.gpud.test\ndefault: true\n"); status != http.StatusOK {
+		t.Fatalf("apply: %d %s", status, se.Error())
+	}
+	ts.submit(serviceConfig(t, "open", freeLoopbackPort(t), "auth: false\n"))
+	ts.waitRun("open", "running", "", 60*time.Second)
+
+	cl, err := api.NewClient(ts.URL(), ts.admin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pb.ListenerCAPEM)
+	ctx, cancel := context.WithCancel(context.Background())
+	g, err := proxy.NewStandalone(ctx, proxy.StandaloneOptions{Server: cl,
+		HTTPSListen: fmt.Sprintf("127.0.0.1:%d", httpsPort), HTTPListen: fmt.Sprintf("127.0.0.1:%d", httpPort),
+		Source: proxy.CertACME, CA: pb.Directory, CARoots: roots, Storage: &certmagic.FileStorage{Path: t.TempDir()}, Log: zerolog.Nop()})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	body, leaf := gatewayGet(t, gatewayClient(t, pb.Root(t), g.HTTPSAddr()), "https://open.apps.gpud.test/p")
+	if strings.TrimSpace(body) != "path=/p auth=" || leaf.DNSNames[0] != "open.apps.gpud.test" || pb.Orders() != 1 {
+		t.Fatalf("%q, certificate for %v, %d orders", body, leaf.DNSNames, pb.Orders())
+	}
+	noCertificateFor(t, g.HTTPSAddr(), "other.apps.gpud.test")
+	if pb.Orders() != 1 {
+		t.Fatalf("an unknown host made an order: %d", pb.Orders())
+	}
 }
