@@ -376,6 +376,9 @@ type Offer struct {
 	Resources InstanceResources `json:"resources"`
 	Price     float64           `json:"price"` // per hour; 0 for own hosts
 	Available string            `json:"availability"`
+	// Region and Spot describe a backend's offer (empty for own hosts).
+	Region string `json:"region,omitempty"`
+	Spot   bool   `json:"spot,omitempty"`
 }
 
 // Queue is a scheduling queue with what the scheduler gave it.
