@@ -44,7 +44,9 @@ type replica struct {
 	id          string
 	hostKey     string // the URL host of requests to it (its pool's key)
 	target      atomic.Pointer[Replica]
-	transport   *http.Transport
+	transport   *http.Transport // upgrades and large or streamed uploads
+	pool        connPool        // everything else (upstream.go)
+	dial        func(ctx context.Context) (net.Conn, error)
 	outstanding atomic.Int64
 	downUntil   atomic.Int64 // unix nanos
 	removed     atomic.Bool
@@ -143,6 +145,7 @@ func (st *serviceState) update(svc *Service) {
 		if keep[id] == nil {
 			rep.removed.Store(true)
 			rep.transport.CloseIdleConnections()
+			rep.pool.close(true)
 		}
 	}
 	st.byID = keep
@@ -157,22 +160,25 @@ func (g *Gateway) newReplica(id, addr string) *replica {
 		rep.hostKey = "replica"
 	}
 	dialer := &net.Dialer{Timeout: g.opts.DialTimeout, KeepAlive: 30 * time.Second}
+	rep.dial = func(ctx context.Context) (net.Conn, error) {
+		t := rep.target.Load()
+		var c net.Conn
+		var err error
+		if t.Dial != nil {
+			ctx, cancel := context.WithTimeout(ctx, g.opts.DialTimeout)
+			defer cancel()
+			c, err = t.Dial(ctx)
+		} else {
+			c, err = dialer.DialContext(ctx, "tcp", t.Addr)
+		}
+		if err != nil {
+			return nil, &dialError{replica: id, err: err}
+		}
+		return c, nil
+	}
 	rep.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			t := rep.target.Load()
-			var c net.Conn
-			var err error
-			if t.Dial != nil {
-				ctx, cancel := context.WithTimeout(ctx, g.opts.DialTimeout)
-				defer cancel()
-				c, err = t.Dial(ctx)
-			} else {
-				c, err = dialer.DialContext(ctx, "tcp", t.Addr)
-			}
-			if err != nil {
-				return nil, &dialError{replica: id, err: err}
-			}
-			return c, nil
+			return rep.dial(ctx)
 		},
 		MaxIdleConns:        0,
 		MaxIdleConnsPerHost: 1024,
@@ -223,6 +229,7 @@ func (st *serviceState) pick(tried []*replica, now int64) *replica {
 func (rep *replica) done() {
 	if rep.outstanding.Add(-1) == 0 && rep.removed.Load() {
 		rep.transport.CloseIdleConnections()
+		rep.pool.close(true)
 	}
 }
 

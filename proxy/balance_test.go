@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -177,4 +178,79 @@ func closedPort(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
+}
+
+// TestAKeptAliveConnectionTheReplicaClosedIsNotAnError: a replica that
+// closes idle connections (without saying so in its answer, as servers do
+// after their keep-alive timeout) never makes the gateway fail a request:
+// a GET found on a closed connection is sent again, a POST is sent only
+// on a connection checked open.
+func TestAKeptAliveConnectionTheReplicaClosedIsNotAnError(t *testing.T) {
+	var posts atomic.Int64
+	closed := make(chan struct{}, 1)
+	b := newBackend(t, "closer", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" {
+			posts.Add(1)
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		_ = brw.Flush()
+		_ = conn.Close()
+		closed <- struct{}{} // the next request finds the connection closed
+	})
+	res := newResolver(&Service{Project: "p", Run: "s", StripPrefix: true, Replicas: []Replica{b.replica()}, MinReplicas: 1})
+	_, gw := newGateway(t, res, Options{})
+	for i := range 20 {
+		if code, body, _ := get(t, gw.URL+"/proxy/services/p/s/"); code != 200 || body != "ok" {
+			t.Fatalf("GET %d: %d %q", i, code, body)
+		}
+		<-closed
+		resp, err := http.Post(gw.URL+"/proxy/services/p/s/", "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "ok" {
+			t.Fatalf("POST %d: %d %q", i, resp.StatusCode, body)
+		}
+		<-closed
+	}
+	if posts.Load() != 20 {
+		t.Errorf("the replica saw %d POSTs, want 20 (each once)", posts.Load())
+	}
+}
+
+// TestALargeUploadStreamsThroughTheTransport: a body over the fast path's
+// bound, or of unknown length, reaches the replica whole.
+func TestALargeUploadStreamsThroughTheTransport(t *testing.T) {
+	b := newBackend(t, "sink", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, n)
+	})
+	res := newResolver(&Service{Project: "p", Run: "s", StripPrefix: true, Replicas: []Replica{b.replica()}, MinReplicas: 1})
+	_, gw := newGateway(t, res, Options{})
+	for _, size := range []int{fastMaxBody, fastMaxBody + 1, 5 << 20} {
+		resp, err := http.Post(gw.URL+"/proxy/services/p/s/", "application/octet-stream", io.LimitReader(neverEnding('x'), int64(size)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != fmt.Sprint(size) {
+			t.Errorf("a %d-byte upload (chunked): %d %q", size, resp.StatusCode, body)
+		}
+	}
+}
+
+type neverEnding byte
+
+func (b neverEnding) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(b)
+	}
+	return len(p), nil
 }

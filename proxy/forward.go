@@ -68,8 +68,16 @@ var errNoReplica = errors.New("the service has no replica")
 // reached a replica (its connection failed, no byte of the body read)
 // goes to the next one; once bytes left, an error is final.
 func (st *serviceState) RoundTrip(req *http.Request) (*http.Response, error) {
+	fast := fastEligible(req)
+	var fastBody []byte
 	var body *trackedBody
-	if req.Body != nil && req.Body != http.NoBody {
+	if fast {
+		b, err := readBody(req)
+		if err != nil {
+			return nil, err
+		}
+		fastBody = b
+	} else if req.Body != nil && req.Body != http.NoBody {
 		body = &trackedBody{ReadCloser: req.Body}
 		req.Body = body
 	}
@@ -88,14 +96,23 @@ func (st *serviceState) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, lastErr
 		}
 		rep.outstanding.Add(1)
-		out := req.WithContext(req.Context())
-		u := *req.URL
-		u.Host = rep.hostKey
-		out.URL = &u
-		resp, err := rep.transport.RoundTrip(out)
-		if err == nil {
-			wrapBody(resp, rep)
-			return resp, nil
+		var resp *http.Response
+		var err error
+		if fast {
+			resp, err = rep.fastRoundTrip(req, fastBody)
+			if err == nil {
+				return resp, nil // its body releases rep
+			}
+		} else {
+			out := req.WithContext(req.Context())
+			u := *req.URL
+			u.Host = rep.hostKey
+			out.URL = &u
+			resp, err = rep.transport.RoundTrip(out)
+			if err == nil {
+				wrapBody(resp, rep)
+				return resp, nil
+			}
 		}
 		rep.done()
 		var de *dialError

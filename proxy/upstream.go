@@ -1,0 +1,316 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The gateway's own HTTP/1.1 exchange with replicas, for the common
+// request: no upgrade, no Expect, a body of known length up to
+// fastMaxBody. The handler's goroutine writes the request and reads the
+// answer on a pooled connection itself, where http.Transport hands each
+// request to a writer and a reader goroutine per connection: on loopback
+// those hand-offs are most of a proxy's added latency. Other requests
+// (WebSocket upgrades, streamed or large uploads) go through the
+// replica's http.Transport.
+
+// fastMaxBody bounds the request bodies the fast path reads whole before
+// sending them with the headers.
+const fastMaxBody = 64 << 10
+
+// maxIdlePerReplica bounds a replica's idle connections.
+const maxIdlePerReplica = 1024
+
+// peekAfter is how long a connection stays idle before its reuse first
+// checks that the replica has not closed it (a syscall saved under load).
+const peekAfter = 100 * time.Millisecond
+
+// idleTimeout closes connections idle that long.
+const idleTimeout = 90 * time.Second
+
+// upConn is one keep-alive connection to a replica.
+type upConn struct {
+	conn   net.Conn
+	raw    syscall.RawConn // nil when conn is no socket (a relayed stream)
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	idleAt time.Time
+}
+
+func newUpConn(c net.Conn) *upConn {
+	u := &upConn{conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 8<<10)}
+	if sc, ok := c.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			u.raw = raw
+		}
+	}
+	return u
+}
+
+// alive checks, without blocking, that the replica has not closed an
+// idle connection (an HTTP server closes idle keep-alive connections
+// after a few seconds: uvicorn after 5).
+// A request that cannot be sent twice always checks.
+func (u *upConn) alive(now time.Time, check bool) bool {
+	if u.br.Buffered() > 0 || now.Sub(u.idleAt) > idleTimeout {
+		return false
+	}
+	idle := now.Sub(u.idleAt)
+	if idle < peekAfter && !check {
+		return true // just used: a server does not close that fast, and a replayable request is retried if it did
+	}
+	if u.raw == nil {
+		return idle < time.Second // cannot peek: trust only a fresh one
+	}
+	ok := false
+	err := u.raw.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		ok = n < 0 && (errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EWOULDBLOCK))
+		return true
+	})
+	return err == nil && ok
+}
+
+// connPool is a replica's idle connections, most recent last.
+type connPool struct {
+	mu     sync.Mutex
+	idle   []*upConn
+	closed bool
+}
+
+// get takes the most recently used idle connection that is still alive
+// (check: always look, see alive).
+func (p *connPool) get(now time.Time, check bool) *upConn {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		if c.alive(now, check) {
+			return c
+		}
+		c.conn.Close()
+	}
+}
+
+func (p *connPool) put(c *upConn) {
+	c.idleAt = time.Now()
+	p.mu.Lock()
+	if p.closed || len(p.idle) >= maxIdlePerReplica {
+		p.mu.Unlock()
+		c.conn.Close()
+		return
+	}
+	p.idle = append(p.idle, c)
+	p.mu.Unlock()
+}
+
+// close closes the idle connections; with final, later ones too (the
+// replica left the service).
+func (p *connPool) close(final bool) {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	if final {
+		p.closed = true
+	}
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.conn.Close()
+	}
+}
+
+// fastEligible says whether req takes the fast path.
+func fastEligible(req *http.Request) bool {
+	return req.ContentLength >= 0 && req.ContentLength <= fastMaxBody && len(req.TransferEncoding) == 0 &&
+		req.Header.Get("Upgrade") == "" && req.Header.Get("Expect") == ""
+}
+
+// readBody reads req's body whole (fastEligible bounds it).
+func readBody(req *http.Request) ([]byte, error) {
+	if req.ContentLength == 0 || req.Body == nil || req.Body == http.NoBody {
+		return nil, nil
+	}
+	b := make([]byte, req.ContentLength)
+	if _, err := io.ReadFull(req.Body, b); err != nil {
+		return nil, fmt.Errorf("reading the request body: %w", err)
+	}
+	return b, nil
+}
+
+// replayable says whether req may be sent again after a kept-alive
+// connection turned out closed (as http.Transport decides).
+func replayable(req *http.Request) bool {
+	switch req.Method {
+	case "GET", "HEAD", "OPTIONS", "TRACE":
+		return true
+	}
+	return req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
+}
+
+// errStale is a kept-alive connection the replica closed before it read
+// the request.
+var errStale = errors.New("the replica closed a kept-alive connection")
+
+// fastRoundTrip sends req with body on a connection to rep and reads the
+// answer's head; its body streams from the connection, which goes back
+// to the pool once read to the end.
+func (rep *replica) fastRoundTrip(req *http.Request, body []byte) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		c := rep.pool.get(time.Now(), !replayable(req))
+		reused := c != nil
+		if c == nil {
+			conn, err := rep.dial(req.Context())
+			if err != nil {
+				return nil, err
+			}
+			c = newUpConn(conn)
+		}
+		resp, err := rep.exchange(c, req, body, reused)
+		if errors.Is(err, errStale) && attempt < 2 && replayable(req) {
+			continue // the request never reached the replica's code
+		}
+		return resp, err
+	}
+}
+
+// exchange writes req on c and reads the answer's head.
+func (rep *replica) exchange(c *upConn, req *http.Request, body []byte, reused bool) (*http.Response, error) {
+	ctx := req.Context()
+	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		c.conn.Close()
+		return nil, err
+	}
+	if err := writeRequest(c.bw, req, body); err != nil {
+		if reused && ctx.Err() == nil {
+			return fail(fmt.Errorf("%w: %v", errStale, err))
+		}
+		return fail(err)
+	}
+	// Not a byte of answer on a kept-alive connection: the replica had
+	// closed it before our request arrived.
+	if _, err := c.br.Peek(1); err != nil && reused && ctx.Err() == nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+		return fail(fmt.Errorf("%w: %v", errStale, err))
+	}
+	var resp *http.Response
+	for {
+		r, err := http.ReadResponse(c.br, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return fail(err)
+		}
+		if r.StatusCode >= 100 && r.StatusCode < 200 {
+			if r.StatusCode == http.StatusSwitchingProtocols {
+				return fail(errors.New("the replica switched protocols unasked"))
+			}
+			continue // 103 Early Hints and the like: the final answer follows
+		}
+		resp = r
+		break
+	}
+	fb := &fastBody{ReadCloser: resp.Body, c: c, rep: rep, stop: stop, keep: !resp.Close && !req.Close}
+	if resp.Body == http.NoBody {
+		fb.finish(true)
+		return resp, nil
+	}
+	resp.Body = fb
+	return resp, nil
+}
+
+// reqWriteExclude are the headers writeRequest writes itself (or not).
+var reqWriteExclude = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true, "Connection": true}
+
+// writeRequest writes req as HTTP/1.1 with body and flushes.
+func writeRequest(w *bufio.Writer, req *http.Request, body []byte) error {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	w.WriteString(req.Method)
+	w.WriteByte(' ')
+	w.WriteString(req.URL.RequestURI())
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(host)
+	w.WriteString("\r\n")
+	if ua := req.Header.Get("User-Agent"); ua != "" {
+		w.WriteString("User-Agent: ")
+		w.WriteString(ua)
+		w.WriteString("\r\n")
+	}
+	if len(body) > 0 || req.Method == "POST" || req.Method == "PUT" || req.Method == "PATCH" {
+		w.WriteString("Content-Length: ")
+		w.WriteString(strconv.Itoa(len(body)))
+		w.WriteString("\r\n")
+	}
+	if req.Close {
+		w.WriteString("Connection: close\r\n")
+	}
+	if err := req.Header.WriteSubset(w, reqWriteExclude); err != nil {
+		return err
+	}
+	w.WriteString("\r\n")
+	w.Write(body)
+	return w.Flush()
+}
+
+// fastBody is a fast-path answer's body: read to its end, its connection
+// goes back to the pool; closed early, the connection is closed.
+type fastBody struct {
+	io.ReadCloser
+	c    *upConn
+	rep  *replica
+	stop func() bool
+	keep bool
+	done bool
+}
+
+func (b *fastBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.finish(true)
+	}
+	return n, err
+}
+
+func (b *fastBody) Close() error {
+	b.finish(false)
+	return nil
+}
+
+// finish releases the connection: back to the pool when the body was
+// read whole, the exchange allows keep-alive and the request's context
+// did not cut the connection; closed otherwise.
+func (b *fastBody) finish(complete bool) {
+	if b.done {
+		return
+	}
+	b.done = true
+	if b.stop() && complete && b.keep {
+		b.rep.pool.put(b.c)
+	} else {
+		b.c.conn.Close()
+	}
+	b.rep.done()
+}
