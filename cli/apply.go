@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -79,6 +80,9 @@ func runApply(c *cli.Context) error {
 				return serverError("apply "+f.path, err, c.App.ErrWriter)
 			}
 			res, line = run, fmt.Sprintf("run %s: %s", run.Name, run.Status)
+			if strings.HasPrefix(run.Reason, "rolling update") {
+				line += " — " + run.Reason // a running service updated in place
+			}
 		case api.KindFleet:
 			fl, err := cl.ApplyFleet(c.Context, t.Project, req)
 			if err != nil {
