@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,4 +69,21 @@ func BenchmarkGatewayHostLookup(b *testing.B) {
 			ts.hostAt("svc.gpud.test")
 		}
 	})
+}
+
+// TestGatewayDomainIsOneHostnameLowerCase: --domain is compared as hosts
+// are (lower case, no final dot), and one that is no hostname stops the
+// start with the reason.
+func TestGatewayDomainIsOneHostnameLowerCase(t *testing.T) {
+	ts := startServerWith(t, Options{NoLocalAgent: true, Domain: "GPUD.Test.", GatewayTLS: GatewayTLSInternal,
+		HTTPSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
+	ts.submit(serviceConfig(t, "svc", 1, "auth: false\n"))
+	if status, _ := ts.call(ts.admin, "GET", "/api/v1/gateway/hosts/svc.gpud.test", nil, nil); status != http.StatusOK {
+		t.Fatalf("svc.gpud.test under --domain GPUD.Test.: %d", status)
+	}
+	_, err := New(context.Background(), Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NoLocalAgent: true, Domain: "not a host",
+		HTTPSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", GatewayTLS: GatewayTLSInternal})
+	if err == nil || !strings.Contains(err.Error(), "is not a hostname") {
+		t.Fatalf("start with --domain 'not a host': %v", err)
+	}
 }

@@ -107,6 +107,12 @@ func gatewayEnabled(o Options) bool {
 // that are no service's, and plain HTTP for ACME HTTP-01, redirects to
 // HTTPS, and gateways with certificate: none.
 func (s *Server) startGateway(ctx context.Context, api http.Handler) error {
+	if d := strings.ToLower(strings.TrimSuffix(s.opts.Domain, ".")); d != "" {
+		if !validHostname(d) {
+			return fmt.Errorf("gateway: --domain %q is not a hostname: write a DNS name like gpud.example.com", s.opts.Domain)
+		}
+		s.opts.Domain = d // hosts are compared lower case, without the root's dot
+	}
 	o := s.opts
 	s.gateway.external = o.ExternalGateway
 	s.startHostFeed()
