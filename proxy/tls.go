@@ -141,7 +141,7 @@ func NewTLS(ctx context.Context, opts TLSOptions) (*TLS, error) {
 			tmpl.DisableTLSALPNChallenge = true
 		}
 		if tmpl.DisableHTTPChallenge && tmpl.DisableTLSALPNChallenge {
-			cancelCache(t.cache)
+			t.cache.Stop()
 			return nil, errors.New("tls: ACME needs the HTTP (port 80) or HTTPS (port 443) listener's address to answer challenges")
 		}
 		t.acme = certmagic.NewACMEIssuer(t.cfg, tmpl)
@@ -149,21 +149,19 @@ func NewTLS(ctx context.Context, opts TLSOptions) (*TLS, error) {
 	case CertInternal:
 		ca, err := loadOrCreateCA(ctx, opts.Storage)
 		if err != nil {
-			cancelCache(t.cache)
+			t.cache.Stop()
 			return nil, err
 		}
 		t.ca = ca
 		issuer = ca
 		t.cfg.OCSP.DisableStapling = true // gpud's CA runs no OCSP responder
 	default:
-		cancelCache(t.cache)
+		t.cache.Stop()
 		return nil, fmt.Errorf("tls: unknown certificate source %q (use acme or internal)", opts.Source)
 	}
 	t.cfg.Issuers = []certmagic.Issuer{issuer}
 	return t, nil
 }
-
-func cancelCache(c *certmagic.Cache) { c.Stop() }
 
 func splitPort(addr string) (string, int, error) {
 	host, p, err := net.SplitHostPort(addr)
