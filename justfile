@@ -16,6 +16,10 @@ test:
 bench:
     go test -run '^$' -bench . -benchmem ./...
 
+# The gateway side by side with Debian's nginx and caddy (docs/BENCHMARKS.md, issue 16).
+bench-gateway:
+    go test ./proxy -run '^$' -bench BenchmarkGatewayVsNginxCaddy -benchtime 5000x -count 3
+
 # Long fuzzing runs: just fuzz 10m
 fuzz time="1m":
     go test ./api -run '^$' -fuzz FuzzParse -fuzztime {{time}}
