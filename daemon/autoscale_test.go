@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
 	"gpud.dev/gpud/store"
 )
@@ -123,13 +124,14 @@ func TestDesiredReplicas(t *testing.T) {
 
 // TestServiceScalesUpUnderLoad: real requests through the server's
 // proxy raise the measured rate past the target, and the service gets a
-// second replica; the event carries the rate. The load is bounded in
+// second replica; once the load stops, it goes back to one after
+// scale_down_delay. The events carry the rates. The load is bounded in
 // count and time, and stops once the replica is asked for.
 func TestServiceScalesUpUnderLoad(t *testing.T) {
 	ts := startServer(t, "")
 	port := freeLoopbackPort(t)
 	ts.submit(replicaService(echoBinary(t), "load", port, "v1",
-		"replicas: 1..2\nscaling: {metric: rps, target: 10, window: 1s, scale_up_delay: 1s, scale_down_delay: 1h}\n"))
+		"replicas: 1..2\nscaling: {metric: rps, target: 10, window: 1s, scale_up_delay: 1s, scale_down_delay: 2s}\n"))
 	ts.waitRun("load", "running", "", 60*time.Second)
 	ts.body200(t, "/proxy/services/main/load/", 30*time.Second)
 
@@ -151,13 +153,32 @@ func TestServiceScalesUpUnderLoad(t *testing.T) {
 			scaled = ts.activeReplicas("load")[store.JobSubmitted]+ts.activeReplicas("load")[store.JobRunning] >= 2
 		}
 	}
-	ts.waitReplicas("load", 2, 60*time.Second)
-	ev := ts.waitEvent("load", 10*time.Second, "autoscaled from 1 to 2 replicas")
-	var rate float64
-	if _, err := fmt.Sscanf(ev.Reason[strings.Index(ev.Reason, ": ")+2:], "%f requests/s", &rate); err != nil || rate <= 10 {
-		t.Errorf("the scale-up event's rate: %q (%v), want above the target 10", ev.Reason, err)
+	up := ts.waitEvent("load", 60*time.Second, "autoscaled from 1 to 2 replicas")
+	if rate := eventRate(t, up); rate <= 10 {
+		t.Errorf("the scale-up event's rate: %q, want above the target 10", up.Reason)
 	}
-	t.Logf("%d requests; %s", sent, ev.Reason)
+	// The load stopped: the rate falls, and after scale_down_delay the
+	// second replica goes.
+	down := ts.waitEvent("load", 60*time.Second, "autoscaled from 2 to 1 replicas")
+	if rate := eventRate(t, down); rate > 10 {
+		t.Errorf("the scale-down event's rate: %q, want at most the target 10", down.Reason)
+	}
+	ts.waitReplicas("load", 1, 60*time.Second)
+	t.Logf("%d requests; %s; %s", sent, up.Reason, down.Reason)
+}
+
+// eventRate reads the rate of a scaling event ("...: 12.50 requests/s ...").
+func eventRate(t *testing.T, e api.Event) float64 {
+	t.Helper()
+	var rate float64
+	i := strings.Index(e.Reason, ": ")
+	if i < 0 {
+		t.Fatalf("event %q has no rate", e.Reason)
+	}
+	if _, err := fmt.Sscanf(e.Reason[i+2:], "%f requests/s", &rate); err != nil {
+		t.Fatalf("event %q: %v", e.Reason, err)
+	}
+	return rate
 }
 
 // TestAutoscaledServiceReplacesAReplicaThatEnds: a replica of an
