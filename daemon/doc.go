@@ -17,7 +17,10 @@
 // the shared store, spec-cache and clock helpers. Beside them, the field
 // rules (fields*.go) hold DESIGN.md §12's contract — every configuration
 // field takes effect or the plan refuses it by name — and placement
-// (placement*.go) matches runs to the hosts that can honour them.
+// (placement*.go) matches runs to the hosts that can honour them. The
+// service loop (autoscale.go, probes.go, rollout.go) keeps each running
+// service's replicas: readiness probes, autoscaling on the gateway's
+// request rate, rolling updates.
 //
 // daemon is the only package that imports store, sched and agent together.
 // Nothing in gpud imports daemon except the command line (cli/); the
