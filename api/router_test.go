@@ -131,3 +131,20 @@ func TestDstack020SpellingsKeepTheirPositions(t *testing.T) {
 		}
 	}
 }
+
+// TestDstackRateLimitKeyIPAddressIsTheClientIP: dstack's rate limit key
+// type ip_address is gpud's ip.
+func TestDstackRateLimitKeyIPAddressIsTheClientIP(t *testing.T) {
+	cfg, err := Parse("s.yml", []byte("type: service\nport: 8000\ncommands: [r]\nrate_limits:\n  - rps: 2\n    key: {type: ip_address}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := cfg.Service.RateLimits[0].Key; k.Type != "ip" {
+		t.Errorf("key %+v, want ip", k)
+	}
+	cfg, err = Parse("s.yml", []byte("type: service\nport: 8000\ncommands: [r]\nprobes:\n  - url: /health\n    until_ready: true\n"))
+	if err != nil || !cfg.Service.Probes[0].UntilReady {
+		t.Fatalf("until_ready: %v %+v", err, cfg)
+	}
+	checkRoundTrip(t, "s.yml", cfg)
+}

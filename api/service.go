@@ -141,6 +141,9 @@ type Probe struct {
 	Timeout    Duration      `json:"timeout"`
 	Interval   Duration      `json:"interval"`
 	ReadyAfter int           `json:"ready_after"`
+	// UntilReady stops the probe once it passed ReadyAfter times: the
+	// replica then stays ready (dstack 0.20's until_ready).
+	UntilReady bool `json:"until_ready,omitempty"`
 }
 
 // ProbeHeader is one HTTP header a probe sends.
@@ -360,7 +363,12 @@ func (d *decoder) rateLimits(n ast.Node, path string) []RateLimit {
 			"burst":  func(n ast.Node, p string) { rl.Burst, _ = d.integer(n, p, 0, 1<<30) },
 			"key": func(n ast.Node, p string) {
 				kp := d.object(n, p, "a rate limit key", fields{
-					"type":   func(n ast.Node, p string) { rl.Key.Type, _ = d.oneOf(n, p, "ip", "header") },
+					"type": func(n ast.Node, p string) {
+						// ip_address is dstack's name for the client IP.
+						if rl.Key.Type, _ = d.oneOf(n, p, "ip", "ip_address", "header"); rl.Key.Type == "ip_address" {
+							rl.Key.Type = "ip"
+						}
+					},
 					"header": func(n ast.Node, p string) { rl.Key.Header, _ = d.str(n, p) },
 				})
 				if kp != nil && rl.Key.Type == "header" && rl.Key.Header == "" {
@@ -394,6 +402,7 @@ func (d *decoder) probes(n ast.Node, path string) []Probe {
 				}
 			},
 			"ready_after": func(n ast.Node, p string) { pr.ReadyAfter, _ = d.integer(n, p, 1, 1000) },
+			"until_ready": func(n ast.Node, p string) { pr.UntilReady, _ = d.boolean(n, p) },
 			"headers": func(n ast.Node, p string) {
 				hs, _ := d.seq(n, p, "a list of headers")
 				for j, h := range hs {

@@ -2,11 +2,13 @@ package daemon
 
 import "gpud.dev/gpud/proxy"
 
-// routerRules are a service's model and router fields: the model is
-// served on the project's OpenAI-compatible endpoint; the routers of
-// prefill–decode disaggregation (dstack 0.20.17's router replica group,
-// and dstack 0.20's service-level router, dropped in 0.21) are refused
-// until the server registers workers with them.
+// routerRules are a service's model and router fields, and the other
+// fields dstack 0.20 added: the model is served on the project's
+// OpenAI-compatible endpoint; the routers of prefill–decode
+// disaggregation (dstack 0.20.17's router replica group, and dstack
+// 0.20's service-level and gateway routers, dropped in 0.21) are refused
+// until the server registers workers with them; a probe's until_ready
+// stops it once passed.
 var routerRules = fieldRules{
 	"service:model": {Proof: []string{"daemon.TestModelRoutesRouteByModelNameThroughTheGateway"}, Subtree: true,
 		Check: checkModelFormat, Note: modelNote},
@@ -20,6 +22,7 @@ var routerRules = fieldRules{
 	"gateway:router": {All: &refusal{
 		Why:     "a gateway's router is dstack 0.20's (dropped in 0.21): the gateway ran SGLang's router for the services that asked for it, and gpud's gateway runs none",
 		Instead: "drop router; the gateway balances each service's replicas itself (least outstanding requests)"}},
+	"service:probes.until_ready": {Proof: []string{"daemon.TestProbeUntilReadyStopsProbingOnceReady"}},
 	"service:replicas.spot_policy": {All: &refusal{Why: "a replica group's own spot policy is not applied yet",
 		Instead: "set spot_policy for the whole service"}},
 	"service:replicas.reservation": {All: &refusal{Why: "no host belongs to a cloud reservation: gpud has no cloud backend until backend plugins land",

@@ -23,12 +23,36 @@ const modelServeArg = "gpud-test-model-serve"
 // modelServe is a stand-in model server named name on addr. A POST
 // answers with JSON saying who served which model at which path with
 // which Authorization; with "stream": true it sends one SSE chunk at
-// once and holds the second until GET /release.
+// once and holds the second until GET /release. GET /health passes until
+// GET /break, and GET /hits says how many health checks it answered.
 func modelServe(addr, name string) int {
 	release := make(chan struct{})
 	var once sync.Once
+	var health struct {
+		sync.Mutex
+		hits   int
+		broken bool
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /release", func(http.ResponseWriter, *http.Request) { once.Do(func() { close(release) }) })
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		health.Lock()
+		defer health.Unlock()
+		health.hits++
+		if health.broken {
+			http.Error(w, "broken", http.StatusServiceUnavailable)
+		}
+	})
+	mux.HandleFunc("GET /break", func(http.ResponseWriter, *http.Request) {
+		health.Lock()
+		health.broken = true
+		health.Unlock()
+	})
+	mux.HandleFunc("GET /hits", func(w http.ResponseWriter, _ *http.Request) {
+		health.Lock()
+		defer health.Unlock()
+		fmt.Fprint(w, health.hits)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
 			Model  string `json:"model"`

@@ -43,6 +43,13 @@ func (p *replicaProbe) ready() bool {
 	return true
 }
 
+// passed reports whether probe i reached its ready_after.
+func (p *replicaProbe) passed(i int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.streak[i] >= max(p.probes[i].ReadyAfter, 1)
+}
+
 func (p *replicaProbe) record(i int, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -155,7 +162,11 @@ func (s *Server) runProbe(ctx context.Context, jobID string, port int, p *replic
 		if err != nil || j.Status != store.JobRunning {
 			return
 		}
-		p.record(k, s.probeOnce(ctx, j, port, pr))
+		// until_ready: once passed, the probe is not run again and the
+		// replica stays ready while it runs.
+		if !pr.UntilReady || !p.passed(k) {
+			p.record(k, s.probeOnce(ctx, j, port, pr))
+		}
 		t := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
