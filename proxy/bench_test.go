@@ -21,101 +21,133 @@ import (
 	"gpud.dev/gpud/internal/testutil"
 )
 
-// benchConcurrency is the number of clients of the throughput runs.
-const benchConcurrency = 32
+// benchConcurrency is the number of clients of the throughput runs;
+// benchSlice the requests each target takes in turn.
+const (
+	benchConcurrency = 32
+	benchSlice       = 500
+)
+
+// benchTarget is one way to the backend: direct, or through a proxy.
+type benchTarget struct {
+	name, url string
+	client    *http.Client
+	lat       latencies     // latency run
+	tput      latencies     // throughput run, every request
+	busy      time.Duration // throughput run, wall time
+	done      int
+}
 
 // BenchmarkGatewayVsNginxCaddy puts the gateway, Debian's nginx and caddy
 // side by side, each in its own process as a plain reverse proxy (keep-
 // alive to the backend) in front of the same backend process, on
-// loopback, in one run:
+// loopback. The targets take turns within each run, request by request
+// (latency) or slice by slice (throughput), so that a machine shared with
+// other work slows them alike:
 //
-//   - latency/<proxy>: one client, sequential requests; p50-µs and
-//     p99-µs of each request, and added-p50-µs / added-p99-µs over the
-//     direct baseline measured just before.
-//   - throughput/<proxy>: benchConcurrency clients; req/s, p50-µs, p99-µs.
+//   - latency: one client, b.N sequential requests per target;
+//     <target>-p50-µs and -p99-µs, and for the proxies -added-p50-µs and
+//     -added-p99-µs over the direct requests of the same run.
+//   - throughput: benchConcurrency clients, b.N requests per target;
+//     <target>-req/s and its -p50-µs, -p99-µs under that load.
 //
-// nginx or caddy missing: its runs are skipped with a message.
-// Run it with `just bench-gateway`; docs/BENCHMARKS.md has the figures.
+// nginx or caddy missing: it is left out with a message. Run it with
+// `just bench-gateway`; docs/BENCHMARKS.md has the figures.
+// GPUD_PROXY_BENCH_GATEWAY_PROCS sets the gateway process's GOMAXPROCS
+// (default: the machine's cores), GPUD_PROXY_BENCH_CPUPROFILE a file for
+// its CPU profile.
 func BenchmarkGatewayVsNginxCaddy(b *testing.B) {
 	backend := startBenchProcess(b, benchBackendEnv+"=1")
-	targets := []struct{ name, addr string }{{"direct", backend}}
-	targets = append(targets, struct{ name, addr string }{"gateway", startBenchProcess(b, benchGatewayEnv+"="+backend)})
+	addrs := [][2]string{{"direct", backend}, {"gateway", startBenchProcess(b, benchGatewayEnv+"="+backend)}}
 	for _, start := range []struct {
 		name string
 		fn   func(testing.TB, string) (string, error)
 	}{{"nginx", startNginx}, {"caddy", startCaddy}} {
 		addr, err := start.fn(b, backend)
 		if err != nil {
-			b.Logf("%s: skipped: %v", start.name, err)
+			b.Logf("%s: left out: %v", start.name, err)
 			continue
 		}
-		targets = append(targets, struct{ name, addr string }{start.name, addr})
+		addrs = append(addrs, [2]string{start.name, addr})
 	}
-	var direct latencies
-	for _, tg := range targets {
-		b.Run("latency/"+tg.name, func(b *testing.B) {
-			client := benchClient()
-			defer client.CloseIdleConnections()
-			url := "http://" + tg.addr + "/v1/health"
+	targets := func() []*benchTarget {
+		var ts []*benchTarget
+		for _, a := range addrs {
+			ts = append(ts, &benchTarget{name: a[0], url: "http://" + a[1] + "/v1/health", client: benchClient()})
+		}
+		return ts
+	}
+	b.Run("latency", func(b *testing.B) {
+		ts := targets()
+		for _, t := range ts {
+			defer t.client.CloseIdleConnections()
 			for range 200 { // warm the pools
-				benchGet(b, client, url)
+				benchGet(b, t.client, t.url)
 			}
-			lat := make(latencies, 0, b.N)
-			b.ResetTimer()
-			for range b.N {
+		}
+		b.ResetTimer()
+		for i := range b.N {
+			for k := range ts {
+				t := ts[(i+k)%len(ts)] // each target first in turn
 				t0 := time.Now()
-				benchGet(b, client, url)
-				lat = append(lat, time.Since(t0))
+				benchGet(b, t.client, t.url)
+				t.lat = append(t.lat, time.Since(t0))
 			}
-			b.StopTimer()
-			p50, p99 := lat.percentile(50), lat.percentile(99)
-			b.ReportMetric(micros(p50), "p50-µs")
-			b.ReportMetric(micros(p99), "p99-µs")
-			if tg.name == "direct" {
-				direct = lat
-				return
+		}
+		b.StopTimer()
+		direct := ts[0].lat
+		for _, t := range ts {
+			b.ReportMetric(micros(t.lat.percentile(50)), t.name+"-p50-µs")
+			b.ReportMetric(micros(t.lat.percentile(99)), t.name+"-p99-µs")
+			if t != ts[0] {
+				b.ReportMetric(micros(t.lat.percentile(50)-direct.percentile(50)), t.name+"-added-p50-µs")
+				b.ReportMetric(micros(t.lat.percentile(99)-direct.percentile(99)), t.name+"-added-p99-µs")
 			}
-			if len(direct) > 0 {
-				b.ReportMetric(micros(p50-direct.percentile(50)), "added-p50-µs")
-				b.ReportMetric(micros(p99-direct.percentile(99)), "added-p99-µs")
+		}
+	})
+	b.Run("throughput", func(b *testing.B) {
+		ts := targets()
+		for _, t := range ts {
+			defer t.client.CloseIdleConnections()
+			t.run(b, benchConcurrency) // open the connections
+			t.tput, t.busy, t.done = nil, 0, 0
+		}
+		b.ResetTimer()
+		for left := b.N; left > 0; left -= benchSlice {
+			for _, t := range ts {
+				t.run(b, min(left, benchSlice))
 			}
-		})
+		}
+		b.StopTimer()
+		for _, t := range ts {
+			b.ReportMetric(float64(t.done)/t.busy.Seconds(), t.name+"-req/s")
+			b.ReportMetric(micros(t.tput.percentile(50)), t.name+"-p50-µs")
+			b.ReportMetric(micros(t.tput.percentile(99)), t.name+"-p99-µs")
+		}
+	})
+}
+
+// run sends n requests to t from benchConcurrency clients at once.
+func (t *benchTarget) run(b *testing.B, n int) {
+	var next atomic.Int64
+	per := make([]latencies, benchConcurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range benchConcurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				t0 := time.Now()
+				benchGet(b, t.client, t.url)
+				per[w] = append(per[w], time.Since(t0))
+			}
+		}()
 	}
-	for _, tg := range targets {
-		b.Run("throughput/"+tg.name, func(b *testing.B) {
-			client := benchClient()
-			defer client.CloseIdleConnections()
-			url := "http://" + tg.addr + "/v1/health"
-			var wg sync.WaitGroup
-			for range benchConcurrency { // open the connections
-				wg.Add(1)
-				go func() { defer wg.Done(); benchGet(b, client, url) }()
-			}
-			wg.Wait()
-			var next atomic.Int64
-			per := make([]latencies, benchConcurrency)
-			b.ResetTimer()
-			start := time.Now()
-			for w := range benchConcurrency {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for next.Add(1) <= int64(b.N) {
-						t0 := time.Now()
-						benchGet(b, client, url)
-						per[w] = append(per[w], time.Since(t0))
-					}
-				}()
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			all := slices.Concat(per...)
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
-			b.ReportMetric(micros(all.percentile(50)), "p50-µs")
-			b.ReportMetric(micros(all.percentile(99)), "p99-µs")
-		})
-	}
+	wg.Wait()
+	t.busy += time.Since(start)
+	t.done += n
+	t.tput = append(t.tput, slices.Concat(per...)...)
 }
 
 type latencies []time.Duration
@@ -161,6 +193,9 @@ func startBenchProcess(tb testing.TB, env string) string {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), env)
+	if p := os.Getenv(benchProcsEnv); p != "" && strings.HasPrefix(env, benchGatewayEnv) {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+p)
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -22,6 +22,9 @@ const (
 	// benchProfileEnv, set for the benchmark, makes its gateway process
 	// write a CPU profile to that file (go tool pprof reads it).
 	benchProfileEnv = "GPUD_PROXY_BENCH_CPUPROFILE"
+	// benchProcsEnv, set for the benchmark, is its gateway process's
+	// GOMAXPROCS.
+	benchProcsEnv = "GPUD_PROXY_BENCH_GATEWAY_PROCS"
 )
 
 func TestMain(m *testing.M) {
