@@ -175,7 +175,10 @@ var errStale = errors.New("the replica closed a kept-alive connection")
 // to the pool once read to the end.
 func (rep *replica) fastRoundTrip(req *http.Request, body []byte) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		c := rep.pool.get(time.Now(), !replayable(req))
+		var c *upConn
+		if attempt == 0 {
+			c = rep.pool.get(time.Now(), !replayable(req))
+		}
 		reused := c != nil
 		if c == nil {
 			conn, err := rep.dial(req.Context())
@@ -185,8 +188,13 @@ func (rep *replica) fastRoundTrip(req *http.Request, body []byte) (*http.Respons
 			c = newUpConn(conn)
 		}
 		resp, err := rep.exchange(c, req, body, reused)
-		if errors.Is(err, errStale) && attempt < 2 && replayable(req) {
-			continue // the request never reached the replica's code
+		if errors.Is(err, errStale) {
+			// The replica closed its idle connections (a keep-alive
+			// timeout, or it stopped): the others are likely closed too.
+			rep.pool.close(false)
+			if attempt == 0 && replayable(req) {
+				continue // the request never reached the replica's code: again, on a new connection
+			}
 		}
 		return resp, err
 	}
