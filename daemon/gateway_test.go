@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
 )
 
@@ -87,4 +88,49 @@ func (ts *testServer) rawGet(path, auth string) *http.Response {
 		ts.t.Fatalf("GET %s: %v", path, err)
 	}
 	return resp
+}
+
+// TestGatewayAuthorizesServiceCallersAsTheAPIDoes: through the gateway, a
+// service with auth answers a member of its project, refuses a caller
+// without a token (401) and a member of another project (404, as the API
+// hides projects); no gpud token, anyone's, reaches a service's code.
+func TestGatewayAuthorizesServiceCallersAsTheAPIDoes(t *testing.T) {
+	ts := startServer(t, "")
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects", api.CreateProjectRequest{Name: "other"}, nil)
+	member, outsider := ts.user("member"), ts.user("outsider")
+	ts.must(http.StatusOK, ts.admin, "PUT", "/api/v1/projects/main/members/member", api.SetMemberRequest{Role: "user"}, nil)
+	ts.must(http.StatusOK, ts.admin, "PUT", "/api/v1/projects/other/members/outsider", api.SetMemberRequest{Role: "admin"}, nil)
+	ts.submit(serviceConfig(t, "closed", freeLoopbackPort(t), ""))
+	ts.submit(serviceConfig(t, "open", freeLoopbackPort(t), "auth: false\n"))
+	ts.waitRun("closed", "running", "", 60*time.Second)
+	ts.waitRun("open", "running", "", 60*time.Second)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if code, body := ts.proxyGet("/proxy/services/main/open/ready", ""); code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
+	tests := []struct {
+		name, path, token string
+		code              int
+		body              string
+	}{
+		{"a member", "/proxy/services/main/closed/x", member, http.StatusOK, "path=/x auth=\n"},
+		{"no token", "/proxy/services/main/closed/x", "", http.StatusUnauthorized, `"code":"unauthorized"`},
+		{"a mistyped token", "/proxy/services/main/closed/x", "nope", http.StatusUnauthorized, `"code":"unauthorized"`},
+		{"another project's admin", "/proxy/services/main/closed/x", outsider, http.StatusNotFound, `"code":"project_not_found"`},
+		{"an open service, another project's token dropped", "/proxy/services/main/open/x", outsider, http.StatusOK, "path=/x auth=\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			auth := ""
+			if tt.token != "" {
+				auth = "Bearer " + tt.token
+			}
+			code, body := ts.proxyGet(tt.path, auth)
+			if code != tt.code || !strings.Contains(body, tt.body) {
+				t.Errorf("%s: %d %q, want %d with %q", tt.path, code, body, tt.code, tt.body)
+			}
+		})
+	}
 }
