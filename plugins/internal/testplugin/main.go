@@ -1,0 +1,200 @@
+// Command testplugin is an external backend plugin for tests: built by
+// them into a plugin directory as gpud-backend-test, it serves backend type
+// "test" from its own main package, as a third party's plugin would. Its
+// "engine" is a directory (state_dir) where each gang is a file, so a gang
+// outlives the plugin's process, as pods outlive a Kubernetes plugin's.
+//
+// Configuration: kubeconfig (required: a file beginning with apiVersion,
+// checked by Check, like a Kubernetes backend's), state_dir (required),
+// token (a credential, never shown), region, and offers.
+//
+// Link flags set protocol (to build a plugin of another protocol version,
+// which the server must refuse) and version.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/plugins"
+)
+
+var (
+	protocol = "0" // 0: plugins.ProtocolVersion
+	version  = "0.1.0-test"
+)
+
+type config struct {
+	Kubeconfig string      `json:"kubeconfig"`
+	StateDir   string      `json:"state_dir"`
+	Token      string      `json:"token"`
+	Region     string      `json:"region"`
+	Offers     []api.Offer `json:"offers"`
+}
+
+type backend struct {
+	cfg config
+	log zerolog.Logger
+}
+
+func main() {
+	p, err := strconv.Atoi(protocol)
+	if err == nil {
+		err = plugins.Serve(plugins.ServeConfig{Type: "test", New: newBackend, Protocol: p})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func newBackend(raw json.RawMessage, log zerolog.Logger) (plugins.Backend, error) {
+	var c config
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("test backend configuration: %w", err)
+	}
+	switch {
+	case c.Kubeconfig == "":
+		return nil, errors.New("kubeconfig: required (the path of a kubeconfig file)")
+	case c.StateDir == "":
+		return nil, errors.New("state_dir: required")
+	}
+	if c.Region == "" {
+		c.Region = "test-1"
+	}
+	if c.Offers == nil {
+		c.Offers = []api.Offer{
+			{Instance: "a100x8", Resources: api.InstanceResources{GPUs: 8, GPUName: "A100", CPUs: 64, Memory: 512 << 30}, Price: 12},
+			{Instance: "t4", Resources: api.InstanceResources{GPUs: 1, GPUName: "T4", CPUs: 4, Memory: 16 << 30}, Price: 0.5, Spot: true},
+		}
+	}
+	log.Info().Str("region", c.Region).Msg("test backend configured")
+	return &backend{cfg: c, log: log}, nil
+}
+
+func (b *backend) Info(context.Context) (plugins.Info, error) {
+	return plugins.Info{Type: "test", Protocol: plugins.ProtocolVersion, Jobs: true, Version: version}, nil
+}
+
+func (b *backend) Check(context.Context) error {
+	data, err := os.ReadFile(b.cfg.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	if !bytes.HasPrefix(bytes.TrimSpace(data), []byte("apiVersion")) {
+		return fmt.Errorf("kubeconfig: %s is not a kubeconfig (no apiVersion)", b.cfg.Kubeconfig)
+	}
+	return os.MkdirAll(b.cfg.StateDir, 0o700)
+}
+
+func (b *backend) Offers(_ context.Context, q plugins.OfferQuery) ([]api.Offer, error) {
+	var out []api.Offer
+	for _, o := range b.cfg.Offers {
+		if (q.GPUName == "" || strings.EqualFold(q.GPUName, o.Resources.GPUName)) && float64(q.GPUs) <= o.Resources.GPUs {
+			o.Region = b.cfg.Region
+			o.Available = "available"
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+func (b *backend) gangFile(id string) string {
+	return filepath.Join(b.cfg.StateDir, strings.ReplaceAll(id, "/", "_")+".json")
+}
+
+func (b *backend) StartGang(_ context.Context, g plugins.Gang) error {
+	if _, err := os.Stat(b.gangFile(g.ID)); err == nil {
+		return nil // already started
+	}
+	var jobs []api.JobStatus
+	for _, j := range g.Jobs {
+		jobs = append(jobs, api.JobStatus{ID: j.ID, Runtime: "test", State: api.JobRunning, CreatedAt: time.Now()})
+	}
+	data, err := json.Marshal(struct {
+		ID   string          `json:"id"`
+		Jobs []api.JobStatus `json:"jobs"`
+	}{g.ID, jobs})
+	if err != nil {
+		return err
+	}
+	b.log.Info().Str("gang", g.ID).Int("jobs", len(jobs)).Msg("gang started")
+	if err := os.MkdirAll(b.cfg.StateDir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(b.gangFile(g.ID), data, 0o600)
+}
+
+func (b *backend) Status(_ context.Context, gang string) ([]api.JobStatus, error) {
+	data, err := os.ReadFile(b.gangFile(gang))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var g struct {
+		Jobs []api.JobStatus `json:"jobs"`
+	}
+	return g.Jobs, json.Unmarshal(data, &g)
+}
+
+func (b *backend) List(context.Context) ([]string, error) {
+	entries, err := os.ReadDir(b.cfg.StateDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (b *backend) Stop(_ context.Context, gang string, _ time.Duration) error {
+	if err := os.Remove(b.gangFile(gang)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (b *backend) Logs(ctx context.Context, job string, _ bool, emit func(api.JobLogEntry) error) error {
+	for i := range 3 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := emit(api.JobLogEntry{Time: time.Now(), Stream: api.LogStdout, Line: fmt.Sprintf("%s line %d", job, i)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *backend) CreateInstance(context.Context, plugins.InstanceRequest) (plugins.Instance, error) {
+	return plugins.Instance{}, plugins.ErrUnsupported
+}
+
+func (b *backend) TerminateInstance(context.Context, string) error { return plugins.ErrUnsupported }
+
+func (b *backend) CreateVolume(context.Context, api.VolumeSpec) (plugins.Volume, error) {
+	return plugins.Volume{}, plugins.ErrUnsupported
+}
+
+func (b *backend) DeleteVolume(context.Context, string) error { return plugins.ErrUnsupported }
