@@ -216,3 +216,60 @@ resources: {cpu: 0.., memory: 1MB.., disk: 1GB..}
 		t.Errorf("the run is %s (%s), want running", r.Status, r.Reason)
 	}
 }
+
+// TestAutoscaledCountSurvivesAServerRestart: the replicas an autoscaler
+// started, its count and the time of its last scaling are kept in the
+// store: after a server restart the service still has them, and the new
+// server's autoscaler, which measures no load, keeps them until
+// scale_down_delay has passed since that scaling.
+func TestAutoscaledCountSurvivesAServerRestart(t *testing.T) {
+	opts := Options{Runtime: "process", DataDir: t.TempDir()}
+	first, restart := startServerToRestart(t, opts)
+	rates := &fakeRates{}
+	first.setRequestRates(rates)
+	rates.set("main/kept", 15)
+	first.submit(replicaService(echoBinary(t), "kept", freeLoopbackPort(t), "v1",
+		"replicas: 1..2\nscaling: {metric: rps, target: 10, window: 1s, scale_up_delay: 1s, scale_down_delay: 1h}\n"))
+	first.waitReplicas("kept", 2, 60*time.Second)
+	before := first.serviceState("kept")
+	restart()
+
+	second := startServerWith(t, opts)
+	second.admin = first.admin
+	second.waitReplicas("kept", 2, 60*time.Second)
+	// The new server's autoscaler looks a few times (a sample of the
+	// rate each), and the count stays.
+	id := second.getRun("kept").ID
+	testutil.Eventually(t, 30*time.Second, func() error {
+		second.svc.mu.Lock()
+		n := len(second.svc.samples[id])
+		second.svc.mu.Unlock()
+		if n < 4 {
+			return fmt.Errorf("the autoscaler sampled the rate %d times", n)
+		}
+		return nil
+	})
+	second.waitReplicas("kept", 2, 10*time.Second)
+	if after := second.serviceState("kept"); after.Replicas != 2 || !after.LastScaleAt.Equal(before.LastScaleAt) {
+		t.Errorf("the run's replica state after the restart: %+v, before: %+v", after, before)
+	}
+	for _, e := range second.runEvents("kept") {
+		if strings.Contains(e.Reason, "autoscaled from 2") {
+			t.Errorf("after the restart the service scaled down: %q", e.Reason)
+		}
+	}
+}
+
+// serviceState reads the run's replica state from the store.
+func (ts *testServer) serviceState(name string) serviceRunState {
+	ts.t.Helper()
+	run, err := ts.store.Runs().Get(ts.getRun(name).ID)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	st, err := runSpecOf(run)
+	if err != nil || st.Service == nil {
+		ts.t.Fatalf("run %s: %v, service state %+v", name, err, st.Service)
+	}
+	return *st.Service
+}
