@@ -37,3 +37,6 @@ if ! timeout 10 docker info >/dev/null 2>&1; then
   fi
 fi
 echo "ci: docker $(docker version --format '{{.Server.Version}}') ready"
+# The Kubernetes backend's tests: etcd-server, and kube-apiserver and kwok built
+# from the Go module proxy, cached by version (cold: many minutes; warm: instant).
+. .ci/kube.sh

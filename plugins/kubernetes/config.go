@@ -1,0 +1,196 @@
+package kubernetes
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Config is a Kubernetes backend's configuration (a project's
+// `backends: [{type: kubernetes, ...}]` entry).
+type Config struct {
+	// Kubeconfig is the path of a kubeconfig file; KubeconfigData is one
+	// inline (YAML). With neither, InCluster uses the pod's service
+	// account (gpud itself running in the cluster).
+	Kubeconfig     string `json:"kubeconfig,omitempty"`
+	KubeconfigData string `json:"kubeconfig_data,omitempty"`
+	InCluster      bool   `json:"in_cluster,omitempty"`
+	// Context selects a kubeconfig context; empty is its current one.
+	Context string `json:"context,omitempty"`
+	// Namespace holds everything the backend creates; default "gpud".
+	// Check creates it when it is missing.
+	Namespace string `json:"namespace,omitempty"`
+	// SchedulerName is the pods' spec.schedulerName (empty: the cluster's
+	// default scheduler; "kai-scheduler" with KAI).
+	SchedulerName string `json:"scheduler_name,omitempty"`
+	// KAI passes queues, gangs and GPU fractions to KAI Scheduler.
+	KAI *KAIConfig `json:"kai,omitempty"`
+	// ImagePullSecrets are the names of Secrets in Namespace the pods pull
+	// their images with.
+	ImagePullSecrets []string `json:"image_pull_secrets,omitempty"`
+	// GPUResource is the extended resource a job's GPUs are requested as:
+	// nvidia.com/gpu (default) or amd.com/gpu.
+	GPUResource string `json:"gpu_resource,omitempty"`
+	// ServerID tells this server's objects from another gpud's in the same
+	// namespace (label gpud.dev/server); default "gpud".
+	ServerID string `json:"server_id,omitempty"`
+	// Region is reported on offers; default the nodes'
+	// topology.kubernetes.io/region label.
+	Region string `json:"region,omitempty"`
+	// Timeout bounds each API call that is not a stream; default 30s.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// KAIConfig names how a cluster's KAI Scheduler reads queues and gangs.
+type KAIConfig struct {
+	// QueueLabel is the pod label naming the KAI queue (default
+	// kai.scheduler/queue); its value is the gang's queue.
+	QueueLabel string `json:"queue_label,omitempty"`
+	// PodGroupAnnotation is the pod annotation naming the pod group that
+	// gang-schedules the gang's pods (default pod-group-name).
+	PodGroupAnnotation string `json:"pod_group_annotation,omitempty"`
+	// MinMemberAnnotation carries the gang's size (default
+	// kai.scheduler/min-member); empty in the JSON keeps the default.
+	MinMemberAnnotation string `json:"min_member_annotation,omitempty"`
+	// FractionAnnotation asks for a fraction of one GPU (default
+	// gpu-fraction): a job with a GPU share below 1 gets it instead of
+	// a whole nvidia.com/gpu.
+	FractionAnnotation string `json:"fraction_annotation,omitempty"`
+}
+
+const (
+	labelGang    = "gpud.dev/gang"
+	labelJob     = "gpud.dev/job"
+	labelProject = "gpud.dev/project"
+	labelServer  = "gpud.dev/server"
+	labelRank    = "gpud.dev/node-rank"
+	labelVolume  = "gpud.dev/volume"
+	annGangID    = "gpud.dev/gang-id"
+	annJobID     = "gpud.dev/job-id"
+	annVolumeID  = "gpud.dev/volume-name"
+	// RuntimeName is what JobStatus.Runtime says for pods.
+	RuntimeName = "kubernetes"
+)
+
+func (c Config) withDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = "gpud"
+	}
+	if c.GPUResource == "" {
+		c.GPUResource = "nvidia.com/gpu"
+	}
+	if c.ServerID == "" {
+		c.ServerID = "gpud"
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.KAI != nil {
+		k := *c.KAI
+		if k.QueueLabel == "" {
+			k.QueueLabel = "kai.scheduler/queue"
+		}
+		if k.PodGroupAnnotation == "" {
+			k.PodGroupAnnotation = "pod-group-name"
+		}
+		if k.MinMemberAnnotation == "" {
+			k.MinMemberAnnotation = "kai.scheduler/min-member"
+		}
+		if k.FractionAnnotation == "" {
+			k.FractionAnnotation = "gpu-fraction"
+		}
+		c.KAI = &k
+	}
+	return c
+}
+
+// validate refuses what the backend cannot honour, naming the field.
+func (c Config) validate() error {
+	n := 0
+	for _, set := range []bool{c.Kubeconfig != "", c.KubeconfigData != "", c.InCluster} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		return errors.New("kubernetes backend: set only one of kubeconfig, kubeconfig_data and in_cluster")
+	}
+	if n == 0 {
+		return errors.New("kubernetes backend: no cluster: set kubeconfig (a file path), kubeconfig_data (its contents) or in_cluster: true")
+	}
+	if errs := validation.IsDNS1123Label(c.Namespace); len(errs) > 0 {
+		return fmt.Errorf("kubernetes backend: namespace %q: %s", c.Namespace, errs[0])
+	}
+	if c.GPUResource != "nvidia.com/gpu" && c.GPUResource != "amd.com/gpu" {
+		return fmt.Errorf("kubernetes backend: gpu_resource %q: use nvidia.com/gpu or amd.com/gpu", c.GPUResource)
+	}
+	if errs := validation.IsValidLabelValue(c.ServerID); len(errs) > 0 || c.ServerID == "" {
+		return fmt.Errorf("kubernetes backend: server_id %q is not a label value", c.ServerID)
+	}
+	for _, s := range c.ImagePullSecrets {
+		if errs := validation.IsDNS1123Subdomain(s); len(errs) > 0 {
+			return fmt.Errorf("kubernetes backend: image_pull_secrets %q: %s", s, errs[0])
+		}
+	}
+	return nil
+}
+
+// restConfig turns the configuration into a client configuration; the
+// errors name the kubeconfig and what is wrong with it.
+func (c Config) restConfig() (*rest.Config, error) {
+	var (
+		rc  *rest.Config
+		err error
+	)
+	switch {
+	case c.InCluster:
+		rc, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes backend: in_cluster: %w", err)
+		}
+	case c.Kubeconfig != "":
+		if _, statErr := os.Stat(c.Kubeconfig); statErr != nil {
+			return nil, fmt.Errorf("kubernetes backend: kubeconfig %s: %w", c.Kubeconfig, statErr)
+		}
+		raw, loadErr := clientcmd.LoadFromFile(c.Kubeconfig)
+		if loadErr != nil {
+			return nil, fmt.Errorf("kubernetes backend: kubeconfig %s is not a kubeconfig: %w", c.Kubeconfig, loadErr)
+		}
+		rc, err = clientcmd.NewNonInteractiveClientConfig(*raw, c.Context, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes backend: kubeconfig %s: %w", c.Kubeconfig, err)
+		}
+	default:
+		raw, loadErr := clientcmd.Load([]byte(c.KubeconfigData))
+		if loadErr != nil {
+			return nil, fmt.Errorf("kubernetes backend: kubeconfig_data is not a kubeconfig: %w", loadErr)
+		}
+		rc, err = clientcmd.NewNonInteractiveClientConfig(*raw, c.Context, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes backend: kubeconfig_data: %w", err)
+		}
+	}
+	rc.UserAgent = "gpud-kubernetes-backend"
+	// A 16-pod gang is 18 creates: do not let client-go's default 5 qps
+	// stretch it over seconds.
+	rc.QPS, rc.Burst = 50, 100
+	return rc, nil
+}
+
+func (c Config) clientset() (kubernetes.Interface, error) {
+	rc, err := c.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes backend: %w", err)
+	}
+	return cs, nil
+}
