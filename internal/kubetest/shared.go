@@ -21,6 +21,7 @@ var shared struct {
 	cluster *Cluster
 	err     error
 	missing bool
+	logsDir string
 }
 
 // Need returns the package's shared cluster, starting it on first use
@@ -40,6 +41,7 @@ func Need(t testing.TB) *Cluster {
 			shared.err = err
 			return
 		}
+		shared.logsDir = dir
 		logs := filepath.Join(dir, "pod.log")
 		var data []byte
 		for _, l := range SharedLogLines {
@@ -78,5 +80,8 @@ func Need(t testing.TB) *Cluster {
 func StopShared() {
 	if shared.cluster != nil {
 		shared.cluster.Stop()
+	}
+	if shared.logsDir != "" {
+		_ = os.RemoveAll(shared.logsDir)
 	}
 }

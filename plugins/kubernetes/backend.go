@@ -2,14 +2,17 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes"
 
 	"gpud.dev/gpud/api"
@@ -54,7 +57,7 @@ func (b *Backend) Info(context.Context) (plugins.Info, error) {
 }
 
 func (b *Backend) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, b.cfg.Timeout)
+	return context.WithTimeout(ctx, time.Duration(b.cfg.TimeoutSeconds)*time.Second)
 }
 
 // Check reaches the API server and makes sure the namespace exists,
@@ -66,7 +69,11 @@ func (b *Backend) Check(ctx context.Context) error {
 	if rc, err := b.cfg.restConfig(); err == nil {
 		host = rc.Host
 	}
-	v, err := b.cs.Discovery().ServerVersion()
+	var v version.Info
+	raw, err := b.cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
+	if err == nil {
+		err = json.Unmarshal(raw, &v)
+	}
 	if err != nil {
 		return fmt.Errorf("kubernetes backend: cannot reach %s: %w", host, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -43,8 +42,8 @@ type Config struct {
 	// Region is reported on offers; default the nodes'
 	// topology.kubernetes.io/region label.
 	Region string `json:"region,omitempty"`
-	// Timeout bounds each API call that is not a stream; default 30s.
-	Timeout time.Duration `json:"timeout,omitempty"`
+	// TimeoutSeconds bounds each API call that is not a stream; default 30.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
 }
 
 // KAIConfig names how a cluster's KAI Scheduler reads queues and gangs.
@@ -88,8 +87,8 @@ func (c Config) withDefaults() Config {
 	if c.ServerID == "" {
 		c.ServerID = "gpud"
 	}
-	if c.Timeout <= 0 {
-		c.Timeout = 30 * time.Second
+	if c.TimeoutSeconds <= 0 {
+		c.TimeoutSeconds = 30
 	}
 	if c.KAI != nil {
 		k := *c.KAI

@@ -71,7 +71,7 @@ func (b *Backend) StartGang(ctx context.Context, g plugins.Gang) error {
 	fail := func(what string, err error) error {
 		// All or nothing: remove what this gang has, with a fresh
 		// context in case ctx is what ran out.
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.Timeout)
+		cctx, ccancel := b.callCtx(context.WithoutCancel(ctx))
 		defer ccancel()
 		if cerr := b.deleteGang(cctx, g.ID, 0); cerr != nil {
 			return fmt.Errorf("kubernetes backend: create %s of gang %s: %w (and removing the rest failed: %v)", what, g.ID, err, cerr)

@@ -100,7 +100,7 @@ func TestBadKubeconfigFailsClearly(t *testing.T) {
 	}
 	// An address nothing listens on.
 	dead := strings.Replace(string(data), c.Host, "https://127.0.0.1:1", 1)
-	b, err = New(Config{KubeconfigData: dead, Timeout: 5 * time.Second})
+	b, err = New(Config{KubeconfigData: dead, TimeoutSeconds: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
