@@ -9,9 +9,10 @@ func gatewayRefusal(what string) *refusal {
 		Instead: "drop it; the server's proxy serves the service, with the project's tokens as its auth"}
 }
 
-// serviceRules are a service's own fields. Those that need the gateway
-// (HTTPS, autoscaling, rate limits, probes, the model endpoint) are refused
-// until it lands.
+// serviceRules are a service's own fields: the gateway serves the
+// service (api_proxy.go, gateway_*.go), and the service loop keeps its
+// replicas: probes, autoscaling, rolling updates (autoscale.go,
+// probes.go, rollout.go).
 var serviceRules = fieldRules{
 	"service:commands":     {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"}},
 	"service:port":         {Proof: []string{"daemon.TestServiceFieldsTakeEffectThroughTheProxy"}, Note: serviceNote},
@@ -45,7 +46,7 @@ var serviceRules = fieldRules{
 		Instead: "set python for the whole service, or give the group an image with that Python"}},
 	"service:replicas.nvcc": {All: &refusal{Why: "a replica group's own nvcc is not applied yet",
 		Instead: "give the group an image with the CUDA compiler"}},
-	"service:replicas.docker":  {All: &refusal{Why: "Docker-in-Docker replica groups are not supported yet", Instead: "drop docker"}},
+	"service:replicas.docker": {All: &refusal{Why: "Docker-in-Docker replica groups are not supported yet", Instead: "drop docker"}},
 	"service:replicas.scaling": {All: &refusal{Why: "autoscaling per replica group is not done yet (a service's own `replicas: a..b` with `scaling` is autoscaled)",
 		Instead: "give each group a fixed count, or use one group of replicas with `replicas: a..b` and `scaling`"}},
 }
