@@ -92,6 +92,8 @@ func commands() []*cli.Command {
 		adminCommand(),
 		fleetCommand(),
 		gatewayCommand(),
+		backendCommand(),
+		pluginCommand(),
 	}
 }
 

@@ -17,6 +17,7 @@ func offerCommand() *cli.Command {
 			&cli.StringFlag{Name: "gpu", Usage: "GPUs, as in a configuration: H100:2, A100:40GB:1..2, 0.5"},
 			&cli.StringFlag{Name: "cpu", Usage: "CPU cores: 4, 4.."},
 			&cli.StringFlag{Name: "memory", Usage: "memory: 16GB.."},
+			&cli.StringFlag{Name: "group-by", Usage: "group offers by any of gpu,backend,region: one row per group with its count and price range"},
 			jsonFlag(),
 		),
 		Action: func(c *cli.Context) error {
@@ -28,6 +29,9 @@ func offerCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("offer: %w", err)
 			}
+			if g := c.String("group-by"); g != "" {
+				return printOfferGroups(c, offers, g)
+			}
 			if c.Bool("json") {
 				return printJSON(c.App.Writer, offers)
 			}
@@ -35,9 +39,9 @@ func offerCommand() *cli.Command {
 				fmt.Fprintln(c.App.Writer, "no offers match")
 				return nil
 			}
-			tb := newTable(c.App.Writer, "#", "BACKEND", "FLEET", "INSTANCE", "RESOURCES", "PRICE", "AVAILABILITY")
+			tb := newTable(c.App.Writer, "#", "BACKEND", "FLEET", "INSTANCE", "RESOURCES", "REGION", "PRICE", "AVAILABILITY")
 			for i, o := range offers {
-				tb.row(fmt.Sprint(i+1), o.Backend, orDash(o.Fleet), orDash(o.Instance), instanceResources(o.Resources), fmt.Sprintf("$%.4g", o.Price), orDash(o.Available))
+				tb.row(fmt.Sprint(i+1), o.Backend, orDash(o.Fleet), orDash(o.Instance), instanceResources(o.Resources), orDash(o.Region), offerPrice(o), orDash(o.Available))
 			}
 			return tb.flush()
 		},

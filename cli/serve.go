@@ -52,6 +52,8 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "acme-email", Usage: "contact address of the ACME account (expiry notices)"},
 			&cli.StringFlag{Name: "acme-ca-root", Usage: "PEM file of the root that the ACME directory's own HTTPS certificate chains to (a private ACME CA such as pebble)"},
 			&cli.BoolFlag{Name: "external-gateway", Usage: "standalone gateways (gpud gateway --server URL on a public host) serve the projects' gateway domains: services may use gateways without this server's own listeners"},
+			&cli.StringFlag{Name: "config", Usage: "server configuration file (YAML): projects[].backends[] are checked and stored at start, like dstack's server/config.yml (docs/backends.md)"},
+			&cli.StringFlag{Name: "plugin-dir", Usage: "directory of external backend plugins, executables gpud-backend-<type> that only their owner (root or the server's user) may write (default DATA_DIR/plugins)"},
 			&cli.DurationFlag{Name: "fair-share-window", Value: daemon.DefaultFairShareWindow, Usage: "time-based fair share: how far back queue usage counts (KAI's windowSize default, one week); see docs/scheduler.md"},
 			&cli.DurationFlag{Name: "fair-share-half-life", Value: daemon.DefaultFairShareHalfLife, Usage: "time-based fair share: usage weighs half as much this much later; 0 for no decay (KAI's default)"},
 			&cli.Float64Flag{Name: "fair-share-k", Value: daemon.DefaultFairShareK, Usage: "time-based fair share: how strongly past usage lowers a queue's over-quota share (KAI's kValue, default 1); 0 turns it off"},
@@ -101,6 +103,7 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 		Domain: c.String("domain"), HTTPSListen: c.String("https-listen"), HTTPListen: c.String("http-listen"),
 		GatewayTLS: c.String("tls"), ACMECA: c.String("acme-ca"), ACMEEmail: c.String("acme-email"), ACMECARoot: c.String("acme-ca-root"),
 		ExternalGateway: c.Bool("external-gateway"),
+		ConfigFile:      c.String("config"), PluginDir: c.String("plugin-dir"), BuiltinBackends: builtinBackends().Names(),
 	})
 	if err != nil {
 		return err

@@ -289,5 +289,6 @@ func (s *fleetsAPI) offers(project string, req taskRequest) []api.Offer {
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Resources.GPUs > out[j].Resources.GPUs })
-	return out
+	// Then the backends' offers, cheapest first (own hosts cost nothing).
+	return append(out, s.backendOffers(project, req)...)
 }

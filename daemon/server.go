@@ -151,8 +151,18 @@ type Options struct {
 	// instead of the key file beside it (default $GPUD_STATE_KEY, as
 	// `gpud admin` reads it); a malformed key fails New.
 	StateKey string
-	Version  string
-	Logger   zerolog.Logger
+	// ConfigFile is the server's configuration file (gpud serve --config):
+	// its projects' backends are checked and stored at start
+	// (backends_config.go). PluginDir holds external backend plugins,
+	// gpud-backend-<type> (default DATA_DIR/plugins); BuiltinBackends
+	// names the backend types this binary serves as `PluginCommand TYPE`
+	// subprocesses (default command: this executable, "plugin serve").
+	ConfigFile      string
+	PluginDir       string
+	BuiltinBackends []string
+	PluginCommand   []string
+	Version         string
+	Logger          zerolog.Logger
 }
 
 // Server is a running gpud server. Its methods are safe for concurrent use.
@@ -191,6 +201,8 @@ type Server struct {
 	hosts       *hosts
 	// gateway serves services at their hosts over HTTPS (gateway_tls.go).
 	gateway gatewayServer
+	// backends are the projects' backend plugins (backends.go).
+	backends *backendSet
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -248,6 +260,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := s.start(ctx); err != nil {
 		s.cancel()
+		s.closeBackends()
 		return nil, errors.Join(err, st.Close())
 	}
 	return s, nil
@@ -264,6 +277,9 @@ func (s *Server) start(ctx context.Context) error {
 		if err := s.hosts.startLocalAgent(ctx); err != nil {
 			return err
 		}
+	}
+	if err := s.startBackends(ctx); err != nil {
+		return err
 	}
 	s.reconciler.adoptJobs(ctx)
 	s.hosts.resumeSSHFleets()
@@ -334,6 +350,7 @@ func (s *Server) Close() error {
 			err = errors.Join(err, s.hosts.registrationHTTP.Close())
 		}
 		s.cancel()
+		s.closeBackends()
 		s.hosts.closeSSHFleets()
 		s.wg.Wait()
 		if s.hosts.local != nil {

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"gpud.dev/gpud/api"
+)
+
+// offerGroupKeys are what `gpud offer --group-by` groups by.
+var offerGroupKeys = []string{"gpu", "backend", "region"}
+
+// offerGroup is one row of `gpud offer --group-by`.
+type offerGroup struct {
+	GPU      string  `json:"gpu,omitempty"`
+	Backend  string  `json:"backend,omitempty"`
+	Region   string  `json:"region,omitempty"`
+	Offers   int     `json:"offers"`
+	MinPrice float64 `json:"min_price"`
+	MaxPrice float64 `json:"max_price"`
+}
+
+// offerPrice shows a price per hour, with (spot) for spot capacity.
+func offerPrice(o api.Offer) string {
+	p := fmt.Sprintf("$%.4g", o.Price)
+	if o.Spot {
+		p += " (spot)"
+	}
+	return p
+}
+
+// offerGPU names an offer's GPUs for grouping: 8×A100, or - for none.
+func offerGPU(r api.InstanceResources) string {
+	if r.GPUs == 0 {
+		return "-"
+	}
+	name := r.GPUName
+	if name == "" {
+		name = "GPU"
+	}
+	return strconv.FormatFloat(r.GPUs, 'f', -1, 64) + "×" + name
+}
+
+// groupOffers groups offers (cheapest first) by keys, keeping the order in
+// which each group first appears, so the cheapest group comes first.
+func groupOffers(offers []api.Offer, keys []string) []offerGroup {
+	var out []offerGroup
+	index := map[offerGroup]int{}
+	for _, o := range offers {
+		var k offerGroup
+		for _, key := range keys {
+			switch key {
+			case "gpu":
+				k.GPU = offerGPU(o.Resources)
+			case "backend":
+				k.Backend = o.Backend
+			case "region":
+				k.Region = orDash(o.Region)
+			}
+		}
+		i, ok := index[k]
+		if !ok {
+			i = len(out)
+			index[k] = i
+			g := k
+			g.MinPrice, g.MaxPrice = o.Price, o.Price
+			out = append(out, g)
+		}
+		g := &out[i]
+		g.Offers++
+		g.MinPrice, g.MaxPrice = min(g.MinPrice, o.Price), max(g.MaxPrice, o.Price)
+	}
+	return out
+}
+
+func printOfferGroups(c *cli.Context, offers []api.Offer, by string) error {
+	keys := strings.Split(by, ",")
+	for _, k := range keys {
+		if !slices.Contains(offerGroupKeys, k) {
+			return usageError(fmt.Errorf("--group-by %q: group by any of %s", k, strings.Join(offerGroupKeys, ",")))
+		}
+	}
+	groups := groupOffers(offers, keys)
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, groups)
+	}
+	header := append(slices.Clone(keys), "offers", "price")
+	for i := range header {
+		header[i] = strings.ToUpper(header[i])
+	}
+	tb := newTable(c.App.Writer, header...)
+	for _, g := range groups {
+		var row []string
+		for _, k := range keys {
+			row = append(row, map[string]string{"gpu": g.GPU, "backend": g.Backend, "region": g.Region}[k])
+		}
+		price := fmt.Sprintf("$%.4g", g.MinPrice)
+		if g.MaxPrice != g.MinPrice {
+			price += "..$" + fmt.Sprintf("%.4g", g.MaxPrice)
+		}
+		tb.row(append(row, strconv.Itoa(g.Offers), price)...)
+	}
+	return tb.flush()
+}
