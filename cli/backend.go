@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/goccy/go-yaml"
 	"github.com/urfave/cli/v2"
 
 	"gpud.dev/gpud/api"
@@ -59,8 +58,8 @@ func readBackendFile(path string, stdin io.Reader) (api.AddBackendRequest, error
 		return api.AddBackendRequest{}, err
 	}
 	var fields map[string]any
-	if err := yaml.Unmarshal(data, &fields); err != nil {
-		return api.AddBackendRequest{}, fmt.Errorf("%s: %s", path, yaml.FormatError(err, false, true))
+	if err := api.DecodeYAML(path, data, &fields); err != nil {
+		return api.AddBackendRequest{}, err
 	}
 	var req api.AddBackendRequest
 	req.Type, _ = fields["type"].(string)

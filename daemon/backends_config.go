@@ -8,8 +8,7 @@ import (
 	"os"
 	"regexp"
 
-	"github.com/goccy/go-yaml"
-
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
 )
 
@@ -57,8 +56,8 @@ func (s *Server) applyConfigFile(ctx context.Context) error {
 		return fmt.Errorf("server configuration: %w", err)
 	}
 	var cfg serverConfig
-	if err := yaml.UnmarshalWithOptions(data, &cfg, yaml.Strict()); err != nil {
-		return fmt.Errorf("%s: %s", path, yaml.FormatError(err, false, true))
+	if err := api.DecodeYAML(path, data, &cfg); err != nil {
+		return err
 	}
 	for i, p := range cfg.Projects {
 		if _, err := s.store.Projects().Get(p.Name); err != nil {

@@ -34,7 +34,8 @@ type SupervisorOptions struct {
 	// Log receives the supervisor's messages and the plugin's stderr.
 	Log zerolog.Logger
 	// MinBackoff and MaxBackoff bound the wait before each restart of a
-	// crashed plugin (default 250ms, doubling up to 30s).
+	// crashed plugin (api.Backoff: default 250ms, doubling up to 30s, from
+	// MinBackoff again once the plugin ran for a minute).
 	MinBackoff, MaxBackoff time.Duration
 	// CallTimeout bounds the start's handshake, Configure and Info, and
 	// the re-read after a restart (default 30s).
@@ -199,7 +200,8 @@ func (s *Supervisor) setState(st State) {
 // watch restarts the plugin each time its process ends, until Close.
 func (s *Supervisor) watch() {
 	defer close(s.done)
-	backoff := s.opts.MinBackoff
+	bo := api.Backoff{First: s.opts.MinBackoff, Max: s.opts.MaxBackoff}
+	streak := 0 // restarts since the plugin last ran for a minute
 	for {
 		s.mu.Lock()
 		run := s.runner
@@ -212,20 +214,20 @@ func (s *Supervisor) watch() {
 		}
 		s.client.Kill() // releases go-plugin's side of the dead process
 		st := s.state
+		if time.Since(st.Since) > time.Minute {
+			streak = 0
+		}
 		st.State, st.Pid, st.Since = StateRestarting, 0, time.Now()
 		st.LastError = fmt.Sprintf("plugin process %d exited: %v", run.pid, run.err)
 		s.backend = nil
 		s.setState(st)
 		s.mu.Unlock()
 		s.log.Error().Int("pid", run.pid).AnErr("exit", run.err).Msg("backend plugin exited; restarting it")
-		if stable := time.Since(st.Since); stable > time.Minute {
-			backoff = s.opts.MinBackoff
-		}
 		for failures := 0; ; failures++ {
-			if !s.sleep(backoff) {
+			streak++
+			if !s.sleep(bo.Delay(streak)) {
 				return
 			}
-			backoff = min(backoff*2, s.opts.MaxBackoff)
 			err := s.start(context.Background())
 			if err == nil {
 				break
@@ -242,7 +244,7 @@ func (s *Supervisor) watch() {
 			}
 			s.setState(st)
 			s.mu.Unlock()
-			s.log.Error().Err(err).Dur("retry_in", backoff).Msg("backend plugin restart failed")
+			s.log.Error().Err(err).Dur("retry_in", bo.Delay(streak+1)).Msg("backend plugin restart failed")
 		}
 		s.mu.Lock()
 		st = s.state
