@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -164,5 +165,49 @@ func TestBackendPluginsThroughTheCLI(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// TestBuiltinPluginHelper is this test binary acting as `gpud plugin serve
+// TYPE` when a server starts it as a built-in backend's plugin (go-plugin's
+// magic cookie in its environment); run as a test it skips.
+func TestBuiltinPluginHelper(t *testing.T) {
+	if os.Getenv(plugins.Handshake.MagicCookieKey) == "" {
+		t.Skip("runs only as a built-in backend's plugin")
+	}
+	args := flag.Args()
+	if len(args) == 0 {
+		t.Fatal("no backend type")
+	}
+	if err := builtinBackends().Serve(args[len(args)-1]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBuiltinKubernetesBackendIsCheckedAtAdd: the built-in kubernetes
+// backend runs as a subprocess of the server's own binary (here this test
+// binary, as `plugin serve kubernetes`); a configuration without a cluster
+// or with a kubeconfig that does not exist is refused at `gpud backend
+// add`, naming the field, and nothing is stored.
+func TestBuiltinKubernetesBackendIsCheckedAtAdd(t *testing.T) {
+	serveForCLI(t, daemon.Options{NoLocalAgent: true, BuiltinBackends: builtinBackends().Names(),
+		PluginCommand: []string{os.Args[0], "-test.run=^TestBuiltinPluginHelper$", "--"}})
+	work := t.TempDir()
+	for name, body := range map[string]string{
+		"none.yml":    "type: kubernetes\n",
+		"missing.yml": "type: kubernetes\nkubeconfig: " + filepath.Join(work, "missing") + "\n",
+		"typo.yml":    "type: kubernetes\nkubeconfg: /etc/kubeconfig\n",
+	} {
+		p := filepath.Join(work, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, code := runCLI("backend", "add", p)
+		if code == 0 || !strings.Contains(stderr, "kubernetes backend") || !strings.Contains(stderr, "kubeconf") {
+			t.Errorf("backend add %s: exit %d: %s", name, code, stderr)
+		}
+	}
+	if out := mustRunCLI(t, "backend", "list"); !strings.Contains(out, "no backends") {
+		t.Fatalf("a refused backend was stored: %s", out)
 	}
 }
