@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sort"
 	"strings"
@@ -96,6 +97,11 @@ func (s *Server) handleAddBackend(w http.ResponseWriter, r *http.Request) error 
 	if config[0] != '{' {
 		return badField("config", "the backend's fields as a JSON object")
 	}
+	if !c.admin {
+		if err := checkServerLocal(config); err != nil {
+			return badField("config", "%v", err)
+		}
+	}
 	id := backendID(project, req.Name)
 	s.backends.ops.Lock()
 	defer s.backends.ops.Unlock()
@@ -105,7 +111,14 @@ func (s *Server) handleAddBackend(w http.ResponseWriter, r *http.Request) error 
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), backendAddTimeout)
 	defer cancel()
+	if _, _, _, err := s.backendLaunch(req.Type); err != nil {
+		return badField("type", "%v", err)
+	}
 	e, err := s.startBackend(ctx, project, req.Name, req.Type, config)
+	var version *plugins.VersionError
+	if errors.As(err, &version) {
+		return badField("type", "%v", err)
+	}
 	if err != nil {
 		return badField("config", "%v", err)
 	}
@@ -172,7 +185,7 @@ func (s *Server) handleDeleteBackend(w http.ResponseWriter, r *http.Request) err
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 		gangs, err := e.sup.List(ctx)
 		cancel()
-		if err != nil && err != plugins.ErrUnsupported {
+		if err != nil && !errors.Is(err, plugins.ErrUnsupported) {
 			return conflict("backend %s: cannot tell whether it runs gangs (%v): try again", name, err)
 		}
 		if len(gangs) > 0 {

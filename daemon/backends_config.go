@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
@@ -116,4 +117,50 @@ func (s *Server) storeConfiguredBackend(ctx context.Context, project, name, typ 
 	rec := store.Record{Kind: store.KindBackend, ID: id, Project: project, Name: name, Spec: spec, Sealed: config}
 	_, err = s.store.Apply(ctx, store.Put(rec), s.event(project, store.KindBackend, id, "configured", "from the server's configuration file"))
 	return err
+}
+
+// checkServerLocal refuses, for a caller who is not a global admin, a
+// backend configuration that would make the server act as itself: a path
+// on the server's host (a kubeconfig file, any file: the plugin reads it
+// with the server's rights, and its errors could quote it) or the server's
+// own in-cluster identity. A project admin gives the contents instead
+// (kubeconfig_data); the server's own files and identity are for global
+// admins and the server's configuration file.
+func checkServerLocal(config []byte) error {
+	var fields map[string]any
+	if err := json.Unmarshal(config, &fields); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	var walk func(path string, v any) error
+	walk = func(path string, v any) error {
+		switch v := v.(type) {
+		case string:
+			if strings.HasPrefix(v, "/") || strings.HasPrefix(v, "~") || strings.HasPrefix(v, "file:") || strings.HasPrefix(v, "./") || strings.HasPrefix(v, "../") {
+				return fmt.Errorf("%s: %q is a path on the server's host, which only a global admin may name (give the file's contents instead, like kubeconfig_data)", path, v)
+			}
+		case bool:
+			if v && strings.HasSuffix(path, "in_cluster") {
+				return fmt.Errorf("%s: the server's own in-cluster identity is for global admins only", path)
+			}
+		case map[string]any:
+			for k, x := range v {
+				if err := walk(path+"."+k, x); err != nil {
+					return err
+				}
+			}
+		case []any:
+			for i, x := range v {
+				if err := walk(fmt.Sprintf("%s[%d]", path, i), x); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	for k, v := range fields {
+		if err := walk(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

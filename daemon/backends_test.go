@@ -50,7 +50,9 @@ func (f backendFixture) config(token, region string) json.RawMessage {
 }
 
 // TestBackendsBelongToTheirProjectAndNeverShowCredentials attacks the
-// backends API: a project's user cannot add or delete one; another
+// backends API: a project's manager cannot add or delete one, its admin
+// cannot name a file of the server's host or its in-cluster identity in a
+// configuration (the plugin would read it as the server); another
 // project's admin sees none of main's, cannot delete it by name, and adding
 // one of the same name in its own project touches nothing of main's; the
 // token in a configuration is in no answer, event, log line, nor in the
@@ -74,8 +76,19 @@ func TestBackendsBelongToTheirProjectAndNeverShowCredentials(t *testing.T) {
 	if code, se := ts.call(tok["usr"], "POST", "/api/v1/projects/main/backends", add, nil); code != http.StatusForbidden {
 		t.Fatalf("a manager adds a backend: %d %+v", code, se)
 	}
+	if code, se := ts.call(tok["padmin"], "POST", "/api/v1/projects/main/backends", api.AddBackendRequest{Type: "nope"}, nil); code != http.StatusBadRequest || se.Field != "type" || !strings.Contains(se.Message, "unknown backend type") {
+		t.Fatalf("an unknown type: %d %+v", code, se)
+	}
+	// A project admin may not make the server read its own files nor use
+	// its in-cluster identity; a global admin adds the backend.
+	for _, cfg := range []string{`{"kubeconfig":"` + fx.kubeconfig + `"}`, `{"kai":{"x":"~/.kube/config"}}`, `{"in_cluster":true}`} {
+		code, se := ts.call(tok["padmin"], "POST", "/api/v1/projects/main/backends", api.AddBackendRequest{Name: "lab", Type: "test", Config: json.RawMessage(cfg)}, nil)
+		if code != http.StatusBadRequest || !strings.Contains(se.Message, "global admin") {
+			t.Fatalf("a project admin adds %s: %d %+v", cfg, code, se)
+		}
+	}
 	var added api.Backend
-	ts.must(http.StatusOK, tok["padmin"], "POST", "/api/v1/projects/main/backends", add, &added)
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/backends", add, &added)
 	if added.State != "running" || added.Type != "test" {
 		t.Fatalf("added: %+v", added)
 	}
@@ -90,7 +103,7 @@ func TestBackendsBelongToTheirProjectAndNeverShowCredentials(t *testing.T) {
 	if len(theirs) != 0 {
 		t.Fatalf("other lists %+v", theirs)
 	}
-	ts.must(http.StatusOK, tok["outsider"], "POST", "/api/v1/projects/other/backends",
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/other/backends",
 		api.AddBackendRequest{Name: "lab", Type: "test", Config: fx.config("other-token", "other-1")}, nil)
 	if code, _ := ts.call(tok["usr"], "DELETE", "/api/v1/projects/main/backends/lab", nil, nil); code != http.StatusForbidden {
 		t.Fatalf("a manager deletes a backend: %d", code)

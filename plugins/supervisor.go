@@ -212,7 +212,7 @@ func (s *Supervisor) watch() {
 			s.mu.Unlock()
 			return
 		}
-		s.client.Kill() // releases go-plugin's side of the dead process
+		dead := s.client
 		st := s.state
 		if time.Since(st.Since) > time.Minute {
 			streak = 0
@@ -222,6 +222,7 @@ func (s *Supervisor) watch() {
 		s.backend = nil
 		s.setState(st)
 		s.mu.Unlock()
+		dead.Kill() // releases go-plugin's side of the dead process
 		s.log.Error().Int("pid", run.pid).AnErr("exit", run.err).Msg("backend plugin exited; restarting it")
 		for failures := 0; ; failures++ {
 			streak++
