@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -91,4 +92,72 @@ func TestWebSocketUpgradeEchoes(t *testing.T) {
 	}
 	conn.Close()
 	waitFor(t, func() bool { return g.InFlight("p/s") == 0 })
+}
+
+// TestAClientThatLeavesReleasesTheReplica: a client that gives up while
+// the replica still thinks makes the gateway drop its request to the
+// replica (the replica's request context ends), not hold it open.
+func TestAClientThatLeavesReleasesTheReplica(t *testing.T) {
+	arrived, released := make(chan struct{}), make(chan struct{})
+	b := newBackend(t, "slow", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // as a model server reads its request, then thinks
+		close(arrived)
+		<-r.Context().Done() // ends when the gateway closes the connection
+		close(released)
+	})
+	res := newResolver(&Service{Project: "p", Run: "s", StripPrefix: true, Replicas: []Replica{b.replica()}, MinReplicas: 1})
+	g, gw := newGateway(t, res, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, "POST", gw.URL+"/proxy/services/p/s/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+		if err != nil {
+			done <- err
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-arrived
+	cancel()
+	select {
+	case <-released:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the replica still holds the request 30 s after its client left")
+	}
+	if err := <-done; err == nil {
+		t.Error("the client's request succeeded after it was cancelled")
+	}
+	waitFor(t, func() bool { return g.InFlight("p/s") == 0 })
+}
+
+// TestAClientThatLeavesAStreamReleasesTheReplica: a client that closes
+// an SSE stream midway makes the gateway close the replica's connection.
+func TestAClientThatLeavesAStreamReleasesTheReplica(t *testing.T) {
+	released := make(chan struct{})
+	b := newBackend(t, "stream", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: first\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		close(released)
+	})
+	res := newResolver(&Service{Project: "p", Run: "s", StripPrefix: true, Replicas: []Replica{b.replica()}, MinReplicas: 1})
+	_, gw := newGateway(t, res, Options{})
+	resp, err := http.Get(gw.URL + "/proxy/services/p/s/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "data: first\n" {
+		t.Fatalf("first event: %q %v", line, err)
+	}
+	resp.Body.Close() // the client leaves mid-stream
+	select {
+	case <-released:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the replica still streams 30 s after its client left")
+	}
 }
