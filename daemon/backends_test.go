@@ -15,6 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/plugins"
+	"gpud.dev/gpud/store"
 )
 
 // backendFixture is a plugin directory with the test plugin (its own main
@@ -193,4 +195,45 @@ func TestServerConfigFileBackends(t *testing.T) {
 	if code, se := ts.call(ts.admin, "DELETE", "/api/v1/projects/main/backends/lab", nil, nil); code != http.StatusConflict || !strings.Contains(se.Message, "configuration file") {
 		t.Fatalf("delete a configured backend: %d %+v", code, se)
 	}
+}
+
+// TestBackendsComeBackAfterAServerRestart: a backend added through the API
+// is started again by the next server on the same state (its sealed
+// configuration read back), which re-reads the gangs the engine runs.
+// The plugins themselves are not reattached: the first server shut them
+// down, and the gangs live in the engine.
+func TestBackendsComeBackAfterAServerRestart(t *testing.T) {
+	fx := newBackendFixture(t)
+	dir := t.TempDir()
+	ts := startServerWith(t, Options{DataDir: dir, NoLocalAgent: true, PluginDir: fx.pluginDir})
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/backends", api.AddBackendRequest{Name: "lab", Type: "test", Config: fx.config("t0k", "r1")}, nil)
+	gang := plugins.Gang{ID: "run9", Project: "main", Jobs: []api.JobSpec{{ID: "run9-0"}, {ID: "run9-1"}}}
+	if err := ts.Backends("main")["lab"].StartGang(context.Background(), gang); err != nil {
+		t.Fatal(err)
+	}
+	first := ts.backendOut(mustRecord(t, ts, "main/lab")).Pid
+	if err := ts.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/cmdline", first)); err == nil {
+		t.Fatalf("plugin process %d outlived its server", first)
+	}
+	ts2 := startServerWith(t, Options{DataDir: dir, NoLocalAgent: true, PluginDir: fx.pluginDir})
+	var bs []api.Backend
+	ts2.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/backends", nil, &bs)
+	if len(bs) != 1 || bs[0].State != "running" || bs[0].Gangs != 1 || bs[0].Pid == first {
+		t.Fatalf("after the restart: %+v", bs)
+	}
+	if jobs := ts2.BackendGangs("main", "lab")["run9"]; len(jobs) != 2 {
+		t.Fatalf("gang re-read: %+v", jobs)
+	}
+}
+
+func mustRecord(t *testing.T, ts *testServer, id string) store.Record {
+	t.Helper()
+	rec, err := ts.store.Backends().Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }
