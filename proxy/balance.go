@@ -104,7 +104,7 @@ func (g *Gateway) sweep(now int64) {
 	}
 	g.mu.Unlock()
 	for _, st := range gone {
-		st.update(&Service{})
+		st.closePools()
 		g.metrics.forget(st.key)
 	}
 	g.mu.RLock()
@@ -152,6 +152,18 @@ func (st *serviceState) update(svc *Service) {
 	st.replicas.Store(&list)
 	st.limits.configure(svc.RateLimits)
 	st.snap.Store(svc)
+}
+
+// closePools closes the pools of a state the gateway forgot; a request
+// that still holds it is served on new connections.
+func (st *serviceState) closePools() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, rep := range st.byID {
+		rep.removed.Store(true)
+		rep.transport.CloseIdleConnections()
+		rep.pool.close(true)
+	}
 }
 
 func (g *Gateway) newReplica(id, addr string) *replica {

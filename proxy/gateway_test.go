@@ -222,3 +222,21 @@ func waitFor(t *testing.T, cond func() bool) {
 		return nil
 	})
 }
+
+// TestIdleServicesAreForgotten: the gateway drops the state and the
+// metric series of a service it has not seen for serviceIdle (its pools
+// closed), and serves it anew on its next request.
+func TestIdleServicesAreForgotten(t *testing.T) {
+	b := newBackend(t, "b", nil)
+	res := newResolver(&Service{Project: "p", Run: "s", StripPrefix: true, Replicas: []Replica{b.replica()}, MinReplicas: 1})
+	g, gw := newGateway(t, res, Options{})
+	get(t, gw.URL+"/proxy/services/p/s/")
+	g.sweep(time.Now().Add(serviceIdle + time.Minute).UnixNano())
+	if g.lookup("p/s") != nil {
+		t.Fatal("an idle service's state was kept")
+	}
+	waitFor(t, func() bool { return b.closed.Load() >= 1 }) // its pool closed
+	if code, _, _ := get(t, gw.URL+"/proxy/services/p/s/"); code != 200 || g.Rate("p/s") <= 0 {
+		t.Errorf("after the sweep: %d, rate %v", code, g.Rate("p/s"))
+	}
+}
