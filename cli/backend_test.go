@@ -115,6 +115,9 @@ func TestBackendPluginsThroughTheCLI(t *testing.T) {
 		offers[2].Price != 12 || offers[2].Region != "test-1" {
 		t.Fatalf("offers, want the host's then lab's cheapest first: %+v", offers)
 	}
+	if _, stderr, code := runCLI("offer", "--group-by", "gpu,zone"); code != exitUsage || !strings.Contains(stderr, `"zone"`) {
+		t.Errorf("offer --group-by zone: exit %d %s", code, stderr)
+	}
 	grouped := mustRunCLI(t, "offer", "--group-by", "gpu,backend,region")
 	for _, want := range []string{"GPU", "BACKEND", "REGION", "8×A100", "lab", "test-1", "$12"} {
 		if !strings.Contains(grouped, want) {

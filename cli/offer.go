@@ -21,6 +21,9 @@ func offerCommand() *cli.Command {
 			jsonFlag(),
 		),
 		Action: func(c *cli.Context) error {
+			if err := checkGroupBy(c.String("group-by")); err != nil {
+				return err
+			}
 			cl, t, err := connect(c)
 			if err != nil {
 				return err

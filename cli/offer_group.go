@@ -77,13 +77,22 @@ func groupOffers(offers []api.Offer, keys []string) []offerGroup {
 	return out
 }
 
-func printOfferGroups(c *cli.Context, offers []api.Offer, by string) error {
-	keys := strings.Split(by, ",")
-	for _, k := range keys {
+// checkGroupBy refuses a --group-by key other than offerGroupKeys, before
+// the server is asked anything.
+func checkGroupBy(by string) error {
+	if by == "" {
+		return nil
+	}
+	for _, k := range strings.Split(by, ",") {
 		if !slices.Contains(offerGroupKeys, k) {
 			return usageError(fmt.Errorf("--group-by %q: group by any of %s", k, strings.Join(offerGroupKeys, ",")))
 		}
 	}
+	return nil
+}
+
+func printOfferGroups(c *cli.Context, offers []api.Offer, by string) error {
+	keys := strings.Split(by, ",")
 	groups := groupOffers(offers, keys)
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, groups)
