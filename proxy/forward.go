@@ -65,8 +65,10 @@ func (e *dialError) Unwrap() error { return e.err }
 var errNoReplica = errors.New("the service has no replica")
 
 // RoundTrip sends req to the least loaded replica. A request that never
-// reached a replica (its connection failed, no byte of the body read)
-// goes to the next one; once bytes left, an error is final.
+// reached a replica (its connection failed, no byte of the body read),
+// or that failed before any answer and may be sent again (idempotent, or
+// not a byte of it sent: resendable), goes to the next one; a request
+// that may have been processed is never sent twice.
 func (st *serviceState) RoundTrip(req *http.Request) (*http.Response, error) {
 	fast := fastEligible(req)
 	var fastBody []byte
@@ -115,15 +117,35 @@ func (st *serviceState) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		rep.done()
-		var de *dialError
-		if !errors.As(err, &de) || (body != nil && body.started) || req.Context().Err() != nil {
+		if !st.retryable(req, err, body) {
 			return nil, err
 		}
+		// The replica refused a new connection, or closed one before
+		// answering a request that may be resent: its idle connections
+		// are as dead, and another replica takes the request.
+		rep.pool.close(false)
+		rep.transport.CloseIdleConnections()
 		rep.downUntil.Store(now + int64(downFor))
 		st.m.retries.Inc()
 		tried = append(tried, rep)
 		lastErr = err
 	}
+}
+
+// retryable says whether a forward that failed with err may go to
+// another replica: the request never reached one (a failed dial, no byte
+// of a streamed body read), or the fast path's exchange failed before
+// any answer and the request may be resent (resendable).
+func (st *serviceState) retryable(req *http.Request, err error, body *trackedBody) bool {
+	if req.Context().Err() != nil {
+		return false
+	}
+	var de *dialError
+	if errors.As(err, &de) {
+		return body == nil || !body.started
+	}
+	_, ok := resendable(req, err)
+	return ok
 }
 
 // holdCold waits before another round over the replicas of a service

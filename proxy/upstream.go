@@ -45,11 +45,25 @@ type upConn struct {
 	raw    syscall.RawConn // nil when conn is no socket (a relayed stream)
 	br     *bufio.Reader
 	bw     *bufio.Writer
+	cw     countingWriter // under bw: what reached the connection
 	idleAt time.Time
 }
 
+// countingWriter counts the bytes a connection accepted.
+type countingWriter struct {
+	w io.Writer
+	n int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += n
+	return n, err
+}
+
 func newUpConn(c net.Conn) *upConn {
-	u := &upConn{conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 8<<10)}
+	u := &upConn{conn: c, br: bufio.NewReaderSize(c, 16<<10), cw: countingWriter{w: c}}
+	u.bw = bufio.NewWriterSize(&u.cw, 8<<10)
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			u.raw = raw
@@ -170,9 +184,49 @@ func replayable(req *http.Request) bool {
 // the request.
 var errStale = errors.New("the replica closed a kept-alive connection")
 
+// unansweredError is an exchange that failed before a byte of the answer
+// arrived: the replica closed the connection, or a write to it failed.
+type unansweredError struct {
+	err    error
+	reused bool // on a kept-alive connection
+	unsent bool // not a byte of the request reached the connection: the replica never read it
+}
+
+func (e *unansweredError) Error() string {
+	if e.reused {
+		return errStale.Error() + ": " + e.err.Error()
+	}
+	return "the replica closed the connection before answering: " + e.err.Error()
+}
+
+func (e *unansweredError) Unwrap() []error {
+	if e.reused {
+		return []error{errStale, e.err}
+	}
+	return []error{e.err}
+}
+
+// resendable says whether err, a failed exchange of req, may be sent
+// again (on a new connection, to the same or another replica), as
+// net/http's Transport decides for its kept-alive connections: the
+// exchange failed before any byte of an answer, and either req is
+// idempotent or not a byte of it left (the replica cannot have acted on
+// it). A request that may have been processed is never resent.
+func resendable(req *http.Request, err error) (*unansweredError, bool) {
+	var ue *unansweredError
+	if !errors.As(err, &ue) || req.Context().Err() != nil {
+		return nil, false
+	}
+	return ue, ue.unsent || replayable(req)
+}
+
 // fastRoundTrip sends req with body on a connection to rep and reads the
 // answer's head; its body streams from the connection, which goes back
-// to the pool once read to the end.
+// to the pool once read to the end. A pooled connection that fails
+// before any answer (the replica closed it: a keep-alive timeout, or it
+// stopped) empties the pool, and a request that may be resent goes again
+// on a new connection; the caller (RoundTrip) takes a failure there to
+// another replica.
 func (rep *replica) fastRoundTrip(req *http.Request, body []byte) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		var c *upConn
@@ -188,12 +242,12 @@ func (rep *replica) fastRoundTrip(req *http.Request, body []byte) (*http.Respons
 			c = newUpConn(conn)
 		}
 		resp, err := rep.exchange(c, req, body, reused)
-		if errors.Is(err, errStale) {
-			// The replica closed its idle connections (a keep-alive
-			// timeout, or it stopped): the others are likely closed too.
+		if err != nil && reused {
+			// The replica closed its idle connections: the others are
+			// likely closed too.
 			rep.pool.close(false)
-			if attempt == 0 && replayable(req) {
-				continue // the request never reached the replica's code: again, on a new connection
+			if _, ok := resendable(req, err); ok {
+				continue
 			}
 		}
 		return resp, err
@@ -209,16 +263,17 @@ func (rep *replica) exchange(c *upConn, req *http.Request, body []byte, reused b
 		c.conn.Close()
 		return nil, err
 	}
+	c.cw.n = 0
 	if err := writeRequest(c.bw, req, body); err != nil {
-		if reused && ctx.Err() == nil {
-			return fail(fmt.Errorf("%w: %v", errStale, err))
+		if ctx.Err() == nil {
+			return fail(&unansweredError{err: err, reused: reused, unsent: c.cw.n == 0})
 		}
 		return fail(err)
 	}
-	// Not a byte of answer on a kept-alive connection: the replica had
-	// closed it before our request arrived.
-	if _, err := c.br.Peek(1); err != nil && reused && ctx.Err() == nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
-		return fail(fmt.Errorf("%w: %v", errStale, err))
+	// Not a byte of answer: the replica closed the connection (before
+	// our request arrived, on a kept-alive one).
+	if _, err := c.br.Peek(1); err != nil && ctx.Err() == nil {
+		return fail(&unansweredError{err: err, reused: reused})
 	}
 	var resp *http.Response
 	for {
