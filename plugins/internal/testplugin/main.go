@@ -1,8 +1,12 @@
 // Command testplugin is an external backend plugin for tests: built by
 // them into a plugin directory as gpud-backend-test, it serves backend type
-// "test" from its own main package, as a third party's plugin would. Its
-// "engine" is a directory (state_dir) where each gang is a file, so a gang
-// outlives the plugin's process, as pods outlive a Kubernetes plugin's.
+// "test" from its own main package, as a third party's plugin would. It is
+// a real job backend (jobs.go): each job with commands runs as a local
+// process (its shell with -c, the DSTACK_* environment of its spec) in its
+// own session, its output in a file, its exit code written by a wrapper
+// shell. Its "engine" is a directory (state_dir) where each gang is a file
+// and a directory, so a gang and its processes outlive the plugin's
+// process, as pods outlive a Kubernetes plugin's.
 //
 // Configuration: kubeconfig (required: a file beginning with apiVersion,
 // checked by Check, like a Kubernetes backend's), state_dir (required),
@@ -19,11 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -113,79 +114,7 @@ func (b *backend) Offers(_ context.Context, q plugins.OfferQuery) ([]api.Offer, 
 	return out, nil
 }
 
-func (b *backend) gangFile(id string) string {
-	return filepath.Join(b.cfg.StateDir, strings.ReplaceAll(id, "/", "_")+".json")
-}
-
-func (b *backend) StartGang(_ context.Context, g plugins.Gang) error {
-	if _, err := os.Stat(b.gangFile(g.ID)); err == nil {
-		return nil // already started
-	}
-	var jobs []api.JobStatus
-	for _, j := range g.Jobs {
-		jobs = append(jobs, api.JobStatus{ID: j.ID, Runtime: "test", State: api.JobRunning, CreatedAt: time.Now()})
-	}
-	data, err := json.Marshal(struct {
-		ID   string          `json:"id"`
-		Jobs []api.JobStatus `json:"jobs"`
-	}{g.ID, jobs})
-	if err != nil {
-		return err
-	}
-	b.log.Info().Str("gang", g.ID).Int("jobs", len(jobs)).Msg("gang started")
-	if err := os.MkdirAll(b.cfg.StateDir, 0o700); err != nil {
-		return err
-	}
-	return os.WriteFile(b.gangFile(g.ID), data, 0o600)
-}
-
-func (b *backend) Status(_ context.Context, gang string) ([]api.JobStatus, error) {
-	data, err := os.ReadFile(b.gangFile(gang))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var g struct {
-		Jobs []api.JobStatus `json:"jobs"`
-	}
-	return g.Jobs, json.Unmarshal(data, &g)
-}
-
-func (b *backend) List(context.Context) ([]string, error) {
-	entries, err := os.ReadDir(b.cfg.StateDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	var out []string
-	for _, e := range entries {
-		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok {
-			out = append(out, id)
-		}
-	}
-	sort.Strings(out)
-	return out, nil
-}
-
-func (b *backend) Stop(_ context.Context, gang string, _ time.Duration) error {
-	if err := os.Remove(b.gangFile(gang)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
-}
-
-func (b *backend) Logs(ctx context.Context, job string, _ bool, emit func(api.JobLogEntry) error) error {
-	for i := range 3 {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := emit(api.JobLogEntry{Time: time.Now(), Stream: api.LogStdout, Line: fmt.Sprintf("%s line %d", job, i)}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// (the gang and job methods are in jobs.go)
 
 func (b *backend) CreateInstance(context.Context, plugins.InstanceRequest) (plugins.Instance, error) {
 	return plugins.Instance{}, plugins.ErrUnsupported
