@@ -162,6 +162,15 @@ func TestAuthorizationMatrix(t *testing.T) {
 				body = api.SetMemberRequest{Role: "user"}
 			case "PUT /api/v1/projects/{project}/secrets/{name}":
 				body = api.SetSecretRequest{Value: "v"}
+			case "POST /api/v1/projects/{project}/runs/{run}/keys":
+				// Keys are the run's submitter's or a manager's to make
+				// (TestServiceKeysOpenOnlyTheirServiceAndDieOnRevoke): a
+				// plain user aims at a run of its own.
+				if who == "usr" {
+					v["run"] = "usrtask"
+					f.must(http.StatusCreated, f.tokens["usr"], "POST", "/api/v1/projects/main/runs/apply",
+						yamlApply("type: task\nname: usrtask\ncommands: [echo hi]\nresources: {cpu: 0.., memory: 1MB.., disk: 1GB..}\n"), nil)
+				}
 			}
 			path := fillPath(rt.Path, v)
 			var ut api.UserToken

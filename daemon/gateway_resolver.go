@@ -247,13 +247,21 @@ func (g *gatewayResolver) Models(project string) []*proxy.Service {
 }
 
 // Authorize lets through a member of svc's project, by the token in r's
-// Authorization header. The refusals are the API's: 401 without a valid
+// Authorization header, or a live per-service key of svc. The refusals are the API's: 401 without a valid
 // token, 404 project_not_found for a non-member (project names do not
 // leak).
 func (g *gatewayResolver) Authorize(r *http.Request, svc *proxy.Service) error {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
 		return apiErr(http.StatusUnauthorized, api.CodeUnauthorized, "", "service %s needs a token: send Authorization: Bearer <token> (gpud login, or GPUD_TOKEN)", svc.Run)
+	}
+	if strings.HasPrefix(token, api.ServiceKeyPrefix) {
+		// A per-service key opens its own service only (service_keys.go);
+		// a project-wide check (svc.Run "") never takes one.
+		if g.s.serviceKeyOpens(token, svc.Project, svc.Run) {
+			return nil
+		}
+		return apiErr(http.StatusUnauthorized, api.CodeUnauthorized, "", "the key is not valid for service %s (revoked, mistyped, or another service's)", svc.Run)
 	}
 	u, err := g.s.store.UserByToken(token)
 	if err != nil {
@@ -269,12 +277,17 @@ func (g *gatewayResolver) Authorize(r *http.Request, svc *proxy.Service) error {
 	return nil
 }
 
-// ServerCredential says whether r carries a gpud token (of anyone): it
-// never reaches a service's code, whatever the service's auth.
+// ServerCredential says whether r carries a gpud token (of anyone) or a
+// live service key (of any service): neither reaches a service's code,
+// whatever the service's auth.
 func (g *gatewayResolver) ServerCredential(r *http.Request) bool {
 	token, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !bearer || token == "" {
 		return false
+	}
+	if strings.HasPrefix(token, api.ServiceKeyPrefix) {
+		_, ok := g.s.serviceKeyValid(token)
+		return ok
 	}
 	_, err := g.s.store.UserByToken(token)
 	return err == nil
