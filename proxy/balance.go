@@ -54,11 +54,11 @@ type replica struct {
 
 // state returns svc's state, brought up to svc's snapshot.
 func (g *Gateway) state(svc *Service) *serviceState {
-	key := svc.Key()
 	g.mu.RLock()
-	st := g.services[key]
+	st := g.services[svc.Project+"/"+svc.Run] // no allocation for a lookup
 	g.mu.RUnlock()
 	if st == nil {
+		key := svc.Key()
 		g.mu.Lock()
 		if st = g.services[key]; st == nil {
 			st = g.newState(key)

@@ -70,16 +70,17 @@ var errNoReplica = errors.New("the service has no replica")
 // not a byte of it sent: resendable), goes to the next one; a request
 // that may have been processed is never sent twice.
 func (st *serviceState) RoundTrip(req *http.Request) (*http.Response, error) {
-	fast := fastEligible(req)
-	var fastBody []byte
-	var body *trackedBody
-	if fast {
+	f, _ := req.Context().Value(forwardKey{}).(*forward)
+	if fastEligible(req) {
 		b, err := readBody(req)
 		if err != nil {
 			return nil, err
 		}
-		fastBody = b
-	} else if req.Body != nil && req.Body != http.NoBody {
+		head := appendRequestHead(nil, req, len(b))
+		return st.sendFast(req, f, head, b)
+	}
+	var body *trackedBody
+	if req.Body != nil && req.Body != http.NoBody {
 		body = &trackedBody{ReadCloser: req.Body}
 		req.Body = body
 	}
@@ -89,7 +90,7 @@ func (st *serviceState) RoundTrip(req *http.Request) (*http.Response, error) {
 	for {
 		now := time.Now().UnixNano()
 		rep := st.pick(tried, now)
-		if rep == nil && len(tried) > 0 && !(body != nil && body.started) && st.holdCold(req, rounds+1) {
+		if rep == nil && len(tried) > 0 && !(body != nil && body.started) && st.holdCold(req, f, rounds+1) {
 			rounds++
 			tried = tried[:0]
 			continue
@@ -98,38 +99,66 @@ func (st *serviceState) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, lastErr
 		}
 		rep.outstanding.Add(1)
-		var resp *http.Response
-		var err error
-		if fast {
-			resp, err = rep.fastRoundTrip(req, fastBody)
-			if err == nil {
-				return resp, nil // its body releases rep
-			}
-		} else {
-			out := req.WithContext(req.Context())
-			u := *req.URL
-			u.Host = rep.hostKey
-			out.URL = &u
-			resp, err = rep.transport.RoundTrip(out)
-			if err == nil {
-				wrapBody(resp, rep)
-				return resp, nil
-			}
+		out := req.WithContext(req.Context())
+		u := *req.URL
+		u.Host = rep.hostKey
+		out.URL = &u
+		resp, err := rep.transport.RoundTrip(out)
+		if err == nil {
+			wrapBody(resp, rep)
+			return resp, nil
 		}
 		rep.done()
 		if !st.retryable(req, err, body) {
 			return nil, err
 		}
-		// The replica refused a new connection, or closed one before
-		// answering a request that may be resent: its idle connections
-		// are as dead, and another replica takes the request.
-		rep.pool.close(false)
-		rep.transport.CloseIdleConnections()
-		rep.downUntil.Store(now + int64(downFor))
-		st.m.retries.Inc()
+		st.failed(rep, now)
 		tried = append(tried, rep)
 		lastErr = err
 	}
+}
+
+// sendFast sends a request rendered whole (head and body: the fast
+// path, upstream.go) to the least loaded replica, with RoundTrip's
+// rules: another replica when the request never reached one or may be
+// resent, never when it may have been processed.
+func (st *serviceState) sendFast(req *http.Request, f *forward, head, body []byte) (*http.Response, error) {
+	var tried []*replica
+	var lastErr error = errNoReplica
+	rounds := 0
+	for {
+		now := time.Now().UnixNano()
+		rep := st.pick(tried, now)
+		if rep == nil && len(tried) > 0 && st.holdCold(req, f, rounds+1) {
+			rounds++
+			tried = tried[:0]
+			continue
+		}
+		if rep == nil {
+			return nil, lastErr
+		}
+		rep.outstanding.Add(1)
+		resp, err := rep.fastRoundTrip(req, head, body)
+		if err == nil {
+			return resp, nil // its body releases rep
+		}
+		rep.done()
+		if !st.retryable(req, err, nil) {
+			return nil, err
+		}
+		st.failed(rep, now)
+		tried = append(tried, rep)
+		lastErr = err
+	}
+}
+
+// failed passes over rep for a while after it refused a new connection,
+// or closed one before answering: its idle connections are as dead.
+func (st *serviceState) failed(rep *replica, now int64) {
+	rep.pool.close(false)
+	rep.transport.CloseIdleConnections()
+	rep.downUntil.Store(now + int64(downFor))
+	st.m.retries.Inc()
 }
 
 // retryable says whether a forward that failed with err may go to
@@ -151,8 +180,7 @@ func (st *serviceState) retryable(req *http.Request, err error, body *trackedBod
 // holdCold waits before another round over the replicas of a service
 // that is starting from zero, while its cold-start bound lasts; false
 // when the request may not wait.
-func (st *serviceState) holdCold(req *http.Request, round int) bool {
-	f, _ := req.Context().Value(forwardKey{}).(*forward)
+func (st *serviceState) holdCold(req *http.Request, f *forward, round int) bool {
 	if f == nil || f.coldUntil.IsZero() {
 		return false
 	}

@@ -156,8 +156,10 @@ func ParsePath(path string) (project, run, prefix string, ok bool) {
 // hostOf is r's host, lower case, without a port.
 func hostOf(r *http.Request) string {
 	h := r.Host
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		h = host
+	if strings.IndexByte(h, ':') >= 0 {
+		if host, _, err := net.SplitHostPort(h); err == nil {
+			h = host
+		}
 	}
 	return strings.ToLower(strings.TrimSuffix(h, "."))
 }
@@ -172,7 +174,12 @@ func (g *Gateway) ServeService(w http.ResponseWriter, r *http.Request, svc *Serv
 	st.requests.add(start)
 	st.inFlight.Add(1)
 	st.m.inFlight.Inc()
-	rec := &statusRecorder{ResponseWriter: w}
+	// One allocation for what the request carries along.
+	one := &struct {
+		rec statusRecorder
+		f   forward
+	}{rec: statusRecorder{ResponseWriter: w}}
+	rec := &one.rec
 	defer func() {
 		st.inFlight.Add(-1)
 		st.m.inFlight.Dec()
@@ -209,7 +216,12 @@ func (g *Gateway) ServeService(w http.ResponseWriter, r *http.Request, svc *Serv
 		}
 		svc, st = ready, g.state(ready)
 	}
-	f := &forward{prefix: prefix, strip: svc.StripPrefix && prefix != "", stripAuth: stripAuth, coldUntil: coldUntil}
+	f := &one.f
+	*f = forward{prefix: prefix, strip: svc.StripPrefix && prefix != "", stripAuth: stripAuth, coldUntil: coldUntil}
+	if fastEligible(r) {
+		st.serveFast(rec, r, f)
+		return
+	}
 	st.proxy.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -227,7 +228,7 @@ func resendable(req *http.Request, err error) (*unansweredError, bool) {
 // stopped) empties the pool, and a request that may be resent goes again
 // on a new connection; the caller (RoundTrip) takes a failure there to
 // another replica.
-func (rep *replica) fastRoundTrip(req *http.Request, body []byte) (*http.Response, error) {
+func (rep *replica) fastRoundTrip(req *http.Request, head, body []byte) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		var c *upConn
 		if attempt == 0 {
@@ -241,7 +242,7 @@ func (rep *replica) fastRoundTrip(req *http.Request, body []byte) (*http.Respons
 			}
 			c = newUpConn(conn)
 		}
-		resp, err := rep.exchange(c, req, body, reused)
+		resp, err := rep.exchange(c, req, head, body, reused)
 		if err != nil && reused {
 			// The replica closed its idle connections: the others are
 			// likely closed too.
@@ -254,8 +255,10 @@ func (rep *replica) fastRoundTrip(req *http.Request, body []byte) (*http.Respons
 	}
 }
 
-// exchange writes req on c and reads the answer's head.
-func (rep *replica) exchange(c *upConn, req *http.Request, body []byte, reused bool) (*http.Response, error) {
+// exchange writes a request (its head and body, rendered) on c and reads
+// the answer's head; req is the request the gateway serves (its context
+// and method).
+func (rep *replica) exchange(c *upConn, req *http.Request, head, body []byte, reused bool) (*http.Response, error) {
 	ctx := req.Context()
 	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
 	fail := func(err error) (*http.Response, error) {
@@ -264,7 +267,9 @@ func (rep *replica) exchange(c *upConn, req *http.Request, body []byte, reused b
 		return nil, err
 	}
 	c.cw.n = 0
-	if err := writeRequest(c.bw, req, body); err != nil {
+	_, _ = c.bw.Write(head) // a write error stays in bw: Flush returns it
+	_, _ = c.bw.Write(body)
+	if err := c.bw.Flush(); err != nil {
 		if ctx.Err() == nil {
 			return fail(&unansweredError{err: err, reused: reused, unsent: c.cw.n == 0})
 		}
@@ -302,40 +307,56 @@ func (rep *replica) exchange(c *upConn, req *http.Request, body []byte, reused b
 	return resp, nil
 }
 
-// reqWriteExclude are the headers writeRequest writes itself (or not).
+// reqWriteExclude are the headers appendRequestHead writes itself (or
+// not).
 var reqWriteExclude = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true, "Connection": true}
 
-// writeRequest writes req as HTTP/1.1 with body and flushes.
-func writeRequest(w *bufio.Writer, req *http.Request, body []byte) error {
+// appendRequestHead renders req's head as HTTP/1.1 for a body of n
+// bytes (a request the reverse proxy already rewrote).
+func appendRequestHead(buf []byte, req *http.Request, n int) []byte {
 	host := req.Host
 	if host == "" {
 		host = req.URL.Host
 	}
-	w.WriteString(req.Method)
-	w.WriteByte(' ')
-	w.WriteString(req.URL.RequestURI())
-	w.WriteString(" HTTP/1.1\r\nHost: ")
-	w.WriteString(host)
-	w.WriteString("\r\n")
+	buf = append(buf, req.Method...)
+	buf = append(buf, ' ')
+	buf = append(buf, req.URL.RequestURI()...)
+	buf = append(buf, " HTTP/1.1\r\nHost: "...)
+	buf = append(buf, host...)
+	buf = append(buf, "\r\n"...)
 	if ua := req.Header.Get("User-Agent"); ua != "" {
-		w.WriteString("User-Agent: ")
-		w.WriteString(ua)
-		w.WriteString("\r\n")
+		buf = appendHeader(buf, "User-Agent", ua)
 	}
-	if len(body) > 0 || req.Method == "POST" || req.Method == "PUT" || req.Method == "PATCH" {
-		w.WriteString("Content-Length: ")
-		w.WriteString(strconv.Itoa(len(body)))
-		w.WriteString("\r\n")
+	if n > 0 || req.Method == "POST" || req.Method == "PUT" || req.Method == "PATCH" {
+		buf = append(buf, "Content-Length: "...)
+		buf = strconv.AppendInt(buf, int64(n), 10)
+		buf = append(buf, "\r\n"...)
 	}
 	if req.Close {
-		w.WriteString("Connection: close\r\n")
+		buf = append(buf, "Connection: close\r\n"...)
 	}
-	if err := req.Header.WriteSubset(w, reqWriteExclude); err != nil {
-		return err
+	for k, vv := range req.Header {
+		if reqWriteExclude[k] {
+			continue
+		}
+		for _, v := range vv {
+			buf = appendHeader(buf, k, v)
+		}
 	}
-	w.WriteString("\r\n")
-	w.Write(body)
-	return w.Flush()
+	return append(buf, "\r\n"...)
+}
+
+// appendHeader renders one header line; a line break in the value (only
+// a handler's own header can hold one) becomes a space, as net/http
+// writes it.
+func appendHeader(buf []byte, k, v string) []byte {
+	buf = append(buf, k...)
+	buf = append(buf, ": "...)
+	if strings.ContainsAny(v, "\r\n") {
+		v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	}
+	buf = append(buf, strings.TrimSpace(v)...)
+	return append(buf, "\r\n"...)
 }
 
 // fastBody is a fast-path answer's body: read to its end, its connection

@@ -1,55 +1,63 @@
 package proxy
 
 import (
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // window counts requests per second over a sliding window of whole
-// seconds: the request rate the autoscaler reads.
+// seconds: the request rate the autoscaler reads. Lock-free: each slot
+// packs the second it counts (high 32 bits) and its count (low 32 bits)
+// in one word, so a request costs one compare-and-swap.
 type window struct {
-	mu    sync.Mutex
-	secs  []int64 // the second each slot counts, unix
-	count []int64
-	first int64 // the first second counted
+	slots []atomic.Uint64
+	first atomic.Int64 // the first second counted, unix
 }
 
 func newWindow(d time.Duration) *window {
 	n := max(1, int(d/time.Second))
-	return &window{secs: make([]int64, n), count: make([]int64, n)}
+	return &window{slots: make([]atomic.Uint64, n)}
 }
 
 func (w *window) add(now time.Time) {
 	sec := now.Unix()
-	i := int(sec % int64(len(w.secs)))
-	w.mu.Lock()
-	if w.first == 0 {
-		w.first = sec
+	w.first.CompareAndSwap(0, sec)
+	slot := &w.slots[int(sec%int64(len(w.slots)))]
+	tag := uint64(uint32(sec)) << 32
+	for {
+		v := slot.Load()
+		next := tag | 1
+		if v&^0xffffffff == tag && v&0xffffffff < 0xffffffff {
+			next = v + 1
+		}
+		if slot.CompareAndSwap(v, next) {
+			return
+		}
 	}
-	if w.secs[i] != sec {
-		w.secs[i], w.count[i] = sec, 0
-	}
-	w.count[i]++
-	w.mu.Unlock()
 }
 
 // rate is requests per second over the window; a service younger than
 // the window divides by its age (at least one second), so a burst of new
 // traffic shows at once.
 func (w *window) rate(now time.Time) float64 {
-	sec := now.Unix()
-	n := int64(len(w.secs))
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.first == 0 {
+	first := w.first.Load()
+	if first == 0 {
 		return 0
 	}
+	sec := now.Unix()
+	n := int64(len(w.slots))
 	var sum int64
-	for i, s := range w.secs {
+	for i := range w.slots {
+		v := w.slots[i].Load()
+		if v == 0 {
+			continue
+		}
+		// The slot's second, from its low 32 bits and the current one's.
+		s := sec - int64(uint32(sec)-uint32(v>>32))
 		if s > sec-n && s <= sec {
-			sum += w.count[i]
+			sum += int64(v & 0xffffffff)
 		}
 	}
-	span := min(n, max(1, sec-w.first+1))
+	span := min(n, max(1, sec-first+1))
 	return float64(sum) / float64(span)
 }
