@@ -229,6 +229,8 @@ func Start(bins Binaries, opts Options) (_ *Cluster, err error) {
 	api, err := c.start("kube-apiserver", bins.APIServer,
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
+		// A loopback address cannot be the kubernetes Service's endpoint.
+		"--endpoint-reconciler-type=none",
 		"--tls-cert-file="+p.certFile, "--tls-private-key-file="+p.keyFile,
 		"--client-ca-file="+p.caFile,
 		"--token-auth-file="+tokens,
@@ -240,6 +242,11 @@ func Start(bins Binaries, opts Options) (_ *Cluster, err error) {
 		// accounts; the backend's pods mount no token anyway.
 		"--disable-admission-plugins=ServiceAccount",
 		"--enable-priority-and-fairness=false",
+		// Debian's etcd 3.4 lacks the watch progress requests streaming
+		// lists need; with WatchList off the server tells clients (KWOK)
+		// to list and watch, instead of failing each watch while they
+		// back off for up to minutes.
+		"--feature-gates=WatchList=false",
 		"--kubelet-certificate-authority="+p.caFile,
 		"--kubelet-client-certificate="+p.clientCert, "--kubelet-client-key="+p.clientKey,
 		"--kubelet-preferred-address-types=InternalIP",

@@ -74,7 +74,13 @@ func (b *Backend) Check(ctx context.Context) error {
 	if err == nil {
 		err = json.Unmarshal(raw, &v)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("kubernetes backend: %s refused the kubeconfig's credentials (401 Unauthorized): check its token or client certificate: %w", host, err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("kubernetes backend: %s forbids the kubeconfig's user to read /version (403): %w", host, err)
+	default:
 		return fmt.Errorf("kubernetes backend: cannot reach %s: %w", host, err)
 	}
 	ns := b.cfg.Namespace
