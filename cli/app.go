@@ -92,6 +92,7 @@ func commands() []*cli.Command {
 		adminCommand(),
 		fleetCommand(),
 		gatewayCommand(),
+		serviceCommand(),
 		backendCommand(),
 		pluginCommand(),
 	}
