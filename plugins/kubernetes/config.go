@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -33,6 +35,15 @@ type Config struct {
 	// ImagePullSecrets are the names of Secrets in Namespace the pods pull
 	// their images with.
 	ImagePullSecrets []string `json:"image_pull_secrets,omitempty"`
+	// AllowPrivileged lets jobs run privileged pods (root on the node);
+	// without it a privileged job is refused, as an agent refuses one
+	// without --allow-privileged.
+	AllowPrivileged bool `json:"allow_privileged,omitempty"`
+	// HostPathPrefixes are the node directories under which jobs may
+	// mount instance volumes (hostPath), like an agent's
+	// --allow-volume-prefix; none by default, so a job cannot read the
+	// node's files.
+	HostPathPrefixes []string `json:"host_path_prefixes,omitempty"`
 	// GPUResource is the extended resource a job's GPUs are requested as:
 	// nvidia.com/gpu (default) or amd.com/gpu.
 	GPUResource string `json:"gpu_resource,omitempty"`
@@ -131,6 +142,11 @@ func (c Config) validate() error {
 	}
 	if errs := validation.IsValidLabelValue(c.ServerID); len(errs) > 0 || c.ServerID == "" {
 		return fmt.Errorf("kubernetes backend: server_id %q is not a label value", c.ServerID)
+	}
+	for _, p := range c.HostPathPrefixes {
+		if !strings.HasPrefix(p, "/") || path.Clean(p) != p {
+			return fmt.Errorf("kubernetes backend: host_path_prefixes %q: an absolute, clean path", p)
+		}
 	}
 	for _, s := range c.ImagePullSecrets {
 		if errs := validation.IsDNS1123Subdomain(s); len(errs) > 0 {

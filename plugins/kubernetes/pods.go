@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,6 +141,9 @@ func (b *Backend) pod(g plugins.Gang, rank int, base string, pullSecret string) 
 		}
 		c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: int32(p.Container), Protocol: proto})
 	}
+	if spec.Privileged && !b.cfg.AllowPrivileged {
+		return nil, fmt.Errorf("kubernetes backend: job %s is privileged (root on the node): the backend's configuration does not allow it (allow_privileged: true)", spec.ID)
+	}
 	sc, err := securityContext(spec)
 	if err != nil {
 		return nil, err
@@ -191,6 +195,12 @@ func (b *Backend) pod(g plugins.Gang, rank int, base string, pullSecret string) 
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.Managed.ID, ReadOnly: v.ReadOnly}}})
 		case v.HostPath != "":
+			if !b.hostPathAllowed(v.HostPath) {
+				if v.Optional {
+					continue
+				}
+				return nil, fmt.Errorf("kubernetes backend: job %s: host path %s is not under the backend's host_path_prefixes %v: use a network volume (a claim) instead", spec.ID, v.HostPath, b.cfg.HostPathPrefixes)
+			}
 			t := corev1.HostPathDirectoryOrCreate
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 				HostPath: &corev1.HostPathVolumeSource{Path: v.HostPath, Type: &t}}})
@@ -258,4 +268,16 @@ func (b *Backend) pullSecret(g plugins.Gang, base string) (*corev1.Secret, error
 		}, nil
 	}
 	return nil, nil
+}
+
+// hostPathAllowed reports whether p lies under one of the configured
+// prefixes (after cleaning, so ".." cannot climb out).
+func (b *Backend) hostPathAllowed(p string) bool {
+	p = path.Clean(p)
+	for _, pre := range b.cfg.HostPathPrefixes {
+		if pre == "/" || p == pre || strings.HasPrefix(p, pre+"/") {
+			return true
+		}
+	}
+	return false
 }
