@@ -17,7 +17,9 @@ import (
 // startServiceGateway makes the gateway, feeds its resolver the store's
 // changes, and hands it to the host routing and to the autoscaler.
 func (s *Server) startServiceGateway() error {
-	s.gwResolver = newGatewayResolver(s)
+	if s.gwResolver == nil {
+		s.gwResolver = newGatewayResolver(s)
+	}
 	gw, err := proxy.New(s.gwResolver, proxy.Options{RateWindow: gatewayRateWindow})
 	if err != nil {
 		return err
@@ -71,19 +73,5 @@ func (s *runsAPI) handleServiceProxy(w http.ResponseWriter, r *http.Request) err
 // handleMetrics serves the gateway's Prometheus metrics.
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) error {
 	s.gw.MetricsHandler().ServeHTTP(w, r)
-	return nil
-}
-
-// proxyService forwards r, whose path is the replica's, to run's service
-// through the gateway (rate limits, auth, a replica). keepAuth is
-// ignored: the gateway decides what reaches the service. The model
-// routes call it (gateway_models.go); s.gw.Forward is the same.
-func (s *runsAPI) proxyService(w http.ResponseWriter, r *http.Request, run store.Record, keepAuth bool) error {
-	_ = keepAuth
-	svc, ok := s.gwResolver.Service(run.Project, run.ID)
-	if !ok {
-		return apiErr(http.StatusServiceUnavailable, proxy.CodeNoReplica, "", "service %q is %s: it takes no requests", run.Name, run.Status)
-	}
-	s.gw.Forward(w, r, svc)
 	return nil
 }

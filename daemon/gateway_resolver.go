@@ -18,8 +18,9 @@ import (
 // snapshots of services built from the store's in-memory indexes, never
 // from a bbolt transaction. A snapshot is cached until the store changes
 // a run, job or gateway (the change feed bumps a generation) or a
-// replica's readiness changes (re-checked on each use: probes are not
-// store records), so the hot path is a map lookup.
+// replica's probes pass or fail (readinessChanged bumps it: probes are
+// not store records), so the hot path is one map lookup: no run scan, no
+// job read per request.
 type gatewayResolver struct {
 	s   *Server
 	gen atomic.Uint64
@@ -27,15 +28,14 @@ type gatewayResolver struct {
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on each change
 	cache   map[string]*cachedService
-	woken   map[string]time.Time // service key -> its last scaleFromZero
+	models  map[string]*cachedModels // project -> its model services
+	woken   map[string]time.Time     // service key -> its last scaleFromZero
 }
 
-// cachedService is a snapshot with what it was built from.
+// cachedService is a snapshot and the generation it was built in.
 type cachedService struct {
-	gen     uint64
-	svc     *proxy.Service
-	running []string // the run's running jobs when built
-	ready   []bool   // and whether each was ready
+	gen uint64
+	svc *proxy.Service
 }
 
 // maxCachedServices bounds the cache; past it, it starts anew.
@@ -82,7 +82,7 @@ func (g *gatewayResolver) ServiceByHost(host string) (*proxy.Service, bool) {
 		return svc, true
 	}
 	gen := g.gen.Load()
-	run, _, ok := g.s.serviceAtHost(host)
+	run, _, ok := g.s.hostAt(host) // cached too: an unknown name costs no scan
 	if !ok {
 		return nil, false
 	}
@@ -112,12 +112,15 @@ func (g *gatewayResolver) cached(key string) (*proxy.Service, bool) {
 	if c == nil || c.gen != g.gen.Load() {
 		return nil, false
 	}
-	for i, id := range c.running {
-		if g.s.replicaReady(id) != c.ready[i] {
-			return nil, false
-		}
-	}
 	return c.svc, true
+}
+
+// readinessChanged tells the gateway that a replica's probes passed or
+// failed: the snapshots built before no longer hold.
+func (s *Server) readinessChanged() {
+	if s.gwResolver != nil {
+		s.gwResolver.bump()
+	}
 }
 
 // build makes run's snapshot and caches it under key (as of gen, read
@@ -144,6 +147,10 @@ type gatewayService struct {
 	rateLimits  []api.RateLimit
 	model       *api.Model
 	minReplicas int
+	// router, when the service has a router group, is where its
+	// replicas are: only they take the service's traffic (router_groups.go).
+	router    routerGroup
+	hasRouter bool
 }
 
 func gatewayServiceOf(r store.Record) (gatewayService, error) {
@@ -168,6 +175,9 @@ func gatewayServiceOf(r store.Record) (gatewayService, error) {
 		}
 	case sv.Replicas.Count.Min != nil:
 		out.minReplicas = *sv.Replicas.Count.Min
+	}
+	if out.router, out.hasRouter = routerOf(sv); out.hasRouter {
+		out.minReplicas = out.router.hi - out.router.lo
 	}
 	return out, nil
 }
@@ -195,14 +205,15 @@ func (g *gatewayResolver) snapshot(run store.Record) (*cachedService, bool) {
 		if j.Status != store.JobRunning {
 			continue
 		}
-		ready := s.replicaReady(j.ID)
-		c.running, c.ready = append(c.running, j.ID), append(c.ready, ready)
-		if !ready {
+		if !s.replicaReady(j.ID) {
 			continue
 		}
 		js, err := s.jobSpec(j)
 		if err != nil {
 			continue // logged once per version; the other replicas serve
+		}
+		if gs.hasRouter && !gs.router.isRouter(js.ReplicaNum) {
+			continue // a worker: the router reaches it, the gateway does not
 		}
 		port, ok := replicaPort(js.Ports, gs.port)
 		if !ok {
@@ -232,8 +243,18 @@ func replicaPort(ports []api.JobPort, want int) (int, bool) {
 	return 0, false
 }
 
-// Models lists project's active services that declare a model.
+// Models lists project's active services that declare a model (the
+// model routes ask on each request): cached like the snapshots, so a
+// project's runs are scanned once per store or readiness change.
 func (g *gatewayResolver) Models(project string) []*proxy.Service {
+	key := "m:" + project
+	gen := g.gen.Load()
+	g.mu.Lock()
+	c := g.models[key]
+	g.mu.Unlock()
+	if c != nil && c.gen == gen {
+		return c.svcs
+	}
 	var out []*proxy.Service
 	for _, run := range g.s.store.Runs().ByProject(project) {
 		if finishedRun(run.Status) {
@@ -243,7 +264,19 @@ func (g *gatewayResolver) Models(project string) []*proxy.Service {
 			out = append(out, svc)
 		}
 	}
+	g.mu.Lock()
+	if g.models == nil || len(g.models) >= maxCachedServices {
+		g.models = map[string]*cachedModels{}
+	}
+	g.models[key] = &cachedModels{gen: gen, svcs: out}
+	g.mu.Unlock()
 	return out
+}
+
+// cachedModels is a project's model services as of a generation.
+type cachedModels struct {
+	gen  uint64
+	svcs []*proxy.Service
 }
 
 // Authorize lets through a member of svc's project, by the token in r's

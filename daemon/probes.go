@@ -165,7 +165,11 @@ func (s *Server) runProbe(ctx context.Context, jobID string, port int, p *replic
 		// until_ready: once passed, the probe is not run again and the
 		// replica stays ready while it runs.
 		if !pr.UntilReady || !p.passed(k) {
+			was := p.ready()
 			p.record(k, s.probeOnce(ctx, j, port, pr))
+			if p.ready() != was {
+				s.readinessChanged() // the gateway's snapshots no longer hold
+			}
 		}
 		t := time.NewTimer(interval)
 		select {

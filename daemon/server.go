@@ -185,6 +185,8 @@ type Server struct {
 	gwResolver *gatewayResolver
 	// svc is the service loop's memory (autoscale.go, probes.go).
 	svc services
+	// routers is the SGLang router sync's memory (router_sync.go).
+	routers routerSyncs
 	// schedWake wakes the scheduler loop (buffer 1: wake-ups coalesce).
 	schedWake chan struct{}
 	// specs caches decoded run and job specs for hot reads.
@@ -283,6 +285,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.reconciler.adoptJobs(ctx)
 	s.hosts.resumeSSHFleets()
+	s.gwResolver = newGatewayResolver(s) // before the probes, which tell it of readiness changes
 	for _, loop := range []func(context.Context){s.reconciler.feedLoop, s.scheduler.schedulerLoop, s.scheduler.usageLoop, s.serviceLoop, s.volumeCleanupLoop} {
 		s.wg.Add(1)
 		go func() {
