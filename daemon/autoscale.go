@@ -209,6 +209,7 @@ func (s *Server) tendService(ctx context.Context, run store.Record) error {
 		return err
 	}
 	s.syncProbes(v)
+	s.syncRouterWorkers(v)
 	if v.st.Stop {
 		return nil
 	}

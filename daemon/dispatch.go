@@ -116,6 +116,12 @@ func (s *dispatcher) runJob(ctx context.Context, id string) {
 		spec.Image = s.opts.DefaultImage
 	}
 	spec.Env, spec.RegistryAuth = withJobIdentity(sealed.Env, js), sealed.RegistryAuth
+	if spec.Env, err = s.routerEnv(ctx, j, js, spec.Env); err != nil {
+		if !errors.Is(err, errRouterNotPlaced) {
+			s.failJob(ctx, id, err.Error())
+		}
+		return // not placed: the resync dispatches it again (router_groups.go)
+	}
 	if sealed.Commands != nil {
 		spec.Commands = sealed.Commands
 	}

@@ -5,9 +5,9 @@ import "gpud.dev/gpud/proxy"
 // routerRules are a service's model and router fields, and the other
 // fields dstack 0.20 added: the model is served on the project's
 // OpenAI-compatible endpoint; the routers of prefill–decode
-// disaggregation (dstack 0.20.17's router replica group, and dstack
-// 0.20's service-level and gateway routers, dropped in 0.21) are refused
-// until the server registers workers with them; a probe's until_ready
+// disaggregation: dstack 0.20.17's router replica group is honoured
+// (router_groups.go), dstack 0.20's service-level and gateway routers,
+// dropped in 0.21, are refused; a probe's until_ready
 // stops it once passed.
 var routerRules = fieldRules{
 	"service:model": {Proof: []string{"daemon.TestModelRoutesRouteByModelNameThroughTheGateway"}, Subtree: true,
@@ -15,10 +15,11 @@ var routerRules = fieldRules{
 	"service:router": {All: &refusal{
 		Why:     "a service-level router is dstack 0.20's (dropped in 0.21): it ran SGLang's router on the gateway, and gpud's gateway has none",
 		Instead: "drop router; the gateway balances the replicas itself (least outstanding requests)"}},
-	"service:replicas.router": {All: &refusal{
-		Why: "a router replica group needs the server to send the service's traffic to the router only and to register the other groups' replicas with it " +
-			"(SGLang's /workers API; DSTACK_ROUTER_INTERNAL_IP for Dynamo's workers), which gpud does not do yet",
-		Instead: "start the router and its workers together in one replica group's commands, or drop router and let the gateway balance the replicas"}},
+	// A router replica group: the gateway sends the service's traffic to
+	// the router's replicas only; SGLang's router learns its workers from
+	// the server (/workers API), Dynamo's workers get
+	// DSTACK_ROUTER_INTERNAL_IP (router_groups.go, router_sync.go).
+	"service:replicas.router": {Subtree: true, Proof: []string{"daemon.TestRouterGroupTakesTheTrafficAndLearnsItsWorkers", "daemon.TestDynamoWorkersGetTheRouterAddress"}},
 	"gateway:router": {All: &refusal{
 		Why:     "a gateway's router is dstack 0.20's (dropped in 0.21): the gateway ran SGLang's router for the services that asked for it, and gpud's gateway runs none",
 		Instead: "drop router; the gateway balances each service's replicas itself (least outstanding requests)"}},

@@ -135,7 +135,6 @@ var refusedSamples = map[string]string{
 	"service:replicas.nvcc":            "type: service\nport: 8000\nreplicas:\n  - nvcc: true\n    commands: [true]\n",
 	"service:replicas.docker":          "type: service\nport: 8000\nreplicas:\n  - docker: true\n    commands: [true]\n",
 	"service:replicas.scaling":         "type: service\nport: 8000\nreplicas:\n  - count: 1\n    scaling: {target: 1}\n    commands: [true]\n",
-	"service:replicas.router":          "type: service\nport: 8000\nreplicas:\n  - router: {type: sglang}\n    commands: [true]\n",
 	"service:router":                   "type: service\nport: 8000\ncommands: [true]\nrouter: {type: sglang, policy: round_robin}\n",
 	"service:replicas.spot_policy":     "type: service\nport: 8000\nreplicas:\n  - spot_policy: on-demand\n    commands: [true]\n",
 	"service:replicas.reservation":     "type: service\nport: 8000\nreplicas:\n  - reservation: cr-1\n    commands: [true]\n",

@@ -185,6 +185,8 @@ type Server struct {
 	gwResolver *gatewayResolver
 	// svc is the service loop's memory (autoscale.go, probes.go).
 	svc services
+	// routers is the SGLang router sync's memory (router_sync.go).
+	routers routerSyncs
 	// schedWake wakes the scheduler loop (buffer 1: wake-ups coalesce).
 	schedWake chan struct{}
 	// specs caches decoded run and job specs for hot reads.
