@@ -51,6 +51,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "acme-ca", Value: proxy.LetsEncryptCA, Usage: "ACME directory URL the gateway's certificates come from"},
 			&cli.StringFlag{Name: "acme-email", Usage: "contact address of the ACME account (expiry notices)"},
 			&cli.StringFlag{Name: "acme-ca-root", Usage: "PEM file of the root that the ACME directory's own HTTPS certificate chains to (a private ACME CA such as pebble)"},
+			&cli.StringSliceFlag{Name: "trust-forwarded-for", Usage: "the gateway sits behind these reverse proxies (CIDRs or addresses, like 10.0.0.0/8): on their connections, a rate limit keyed by ip counts the last X-Forwarded-For entry; elsewhere the peer's address (docs/gateway.md)"},
 			&cli.BoolFlag{Name: "external-gateway", Usage: "standalone gateways (gpud gateway --server URL on a public host) serve the projects' gateway domains: services may use gateways without this server's own listeners"},
 			&cli.StringFlag{Name: "config", Usage: "server configuration file (YAML): projects[].backends[] are checked and stored at start, like dstack's server/config.yml (docs/backends.md)"},
 			&cli.StringFlag{Name: "plugin-dir", Usage: "directory of external backend plugins, executables gpud-backend-<type> that only their owner (root or the server's user) may write (default DATA_DIR/plugins)"},
@@ -90,6 +91,10 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 	if err := checkGatewayFlags(c); err != nil {
 		return err
 	}
+	trusted, err := parseTrustedProxies(c.StringSlice("trust-forwarded-for"))
+	if err != nil {
+		return usageError(err)
+	}
 	srv, err := daemon.New(ctx, daemon.Options{
 		MaxUploadBytes: int64(maxUpload),
 		DataDir:        c.String("data-dir"), Listen: c.String("listen"), NoLocalAgent: c.Bool("no-local-agent"),
@@ -102,7 +107,7 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 		FairShareWindow: window, FairShareHalfLife: halfLife, FairShareK: k,
 		Domain: c.String("domain"), HTTPSListen: c.String("https-listen"), HTTPListen: c.String("http-listen"),
 		GatewayTLS: c.String("tls"), ACMECA: c.String("acme-ca"), ACMEEmail: c.String("acme-email"), ACMECARoot: c.String("acme-ca-root"),
-		ExternalGateway: c.Bool("external-gateway"),
+		ExternalGateway: c.Bool("external-gateway"), TrustedProxies: trusted,
 		ConfigFile:      c.String("config"), PluginDir: c.String("plugin-dir"), BuiltinBackends: builtinBackends().Names(),
 	})
 	if err != nil {

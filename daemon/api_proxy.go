@@ -20,7 +20,7 @@ func (s *Server) startServiceGateway() error {
 	if s.gwResolver == nil {
 		s.gwResolver = newGatewayResolver(s)
 	}
-	gw, err := proxy.New(s.gwResolver, proxy.Options{RateWindow: gatewayRateWindow})
+	gw, err := proxy.New(s.gwResolver, proxy.Options{RateWindow: gatewayRateWindow, TrustedProxies: s.opts.TrustedProxies})
 	if err != nil {
 		return err
 	}

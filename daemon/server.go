@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -147,6 +148,10 @@ type Options struct {
 	// serve the projects' gateway domains, so services may use a gateway
 	// though this server runs no gateway listener.
 	ExternalGateway bool
+	// TrustedProxies are the front proxies (networks) whose
+	// X-Forwarded-For the gateway believes for rate limits keyed by ip
+	// (proxy.Options.TrustedProxies); none: the connection's peer counts.
+	TrustedProxies []netip.Prefix
 	// StateKey is the base64 of a 32-byte key that seals the state file
 	// instead of the key file beside it (default $GPUD_STATE_KEY, as
 	// `gpud admin` reads it); a malformed key fails New.

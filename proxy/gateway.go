@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,11 @@ type Options struct {
 	// address of X-Forwarded-For (the one that proxy added). Off, the
 	// client IP is the connection's peer and X-Forwarded-For is ignored.
 	TrustForwardedFor bool
+	// TrustedProxies trusts X-Forwarded-For as TrustForwardedFor does,
+	// but only on connections from these networks (the front proxies'
+	// addresses); a client elsewhere is counted by its own address,
+	// whatever it sends.
+	TrustedProxies []netip.Prefix
 	// RateWindow is the sliding window of Rate (default DefaultRateWindow).
 	RateWindow time.Duration
 	// DialTimeout bounds opening a connection to a replica (default
@@ -74,6 +80,7 @@ type Gateway struct {
 	opts     Options
 	metrics  *metrics
 	registry *prometheus.Registry // nil when Options.Registerer was given
+	trust    xffTrust
 
 	mu        sync.RWMutex
 	services  map[string]*serviceState
@@ -91,7 +98,8 @@ func New(res Resolver, opts Options) (*Gateway, error) {
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = DefaultDialTimeout
 	}
-	g := &Gateway{resolver: res, opts: opts, services: map[string]*serviceState{}}
+	g := &Gateway{resolver: res, opts: opts, services: map[string]*serviceState{},
+		trust: xffTrust{all: opts.TrustForwardedFor, from: opts.TrustedProxies}}
 	reg := opts.Registerer
 	if reg == nil {
 		g.registry = prometheus.NewRegistry()
@@ -190,7 +198,7 @@ func (g *Gateway) ServeService(w http.ResponseWriter, r *http.Request, svc *Serv
 	if rel == "" || rel[0] != '/' {
 		rel = "/" + rel
 	}
-	if wait, limited := st.limits.allow(r, rel, g.opts.TrustForwardedFor, start); limited {
+	if wait, limited := st.limits.allow(r, rel, &g.trust, start); limited {
 		secs := retryAfter(wait)
 		rec.Header().Set("Retry-After", strconv.Itoa(secs))
 		writeError(rec, http.StatusTooManyRequests, CodeRateLimited, "service %s: rate limit reached; retry after %d s", svc.Key(), secs)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -100,7 +101,7 @@ func (l *limiter) configure(rls []api.RateLimit) {
 
 // allow takes a token for r, whose path relative to the service is path.
 // limited true: refused, and a token will be there after wait.
-func (l *limiter) allow(r *http.Request, path string, trustXFF bool, now time.Time) (wait time.Duration, limited bool) {
+func (l *limiter) allow(r *http.Request, path string, trust *xffTrust, now time.Time) (wait time.Duration, limited bool) {
 	rs := l.rules.Load()
 	if len(rs.rules) == 0 {
 		return 0, false
@@ -119,7 +120,7 @@ func (l *limiter) allow(r *http.Request, path string, trustXFF bool, now time.Ti
 	if ru.key.Type == "header" {
 		k.key = r.Header.Get(ru.key.Header)
 	} else {
-		k.key = clientIP(r, trustXFF)
+		k.key = clientIP(r, trust.trusts(r.RemoteAddr))
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -171,6 +172,32 @@ func (l *limiter) sweepLocked(now time.Time) {
 			delete(l.buckets, k)
 		}
 	}
+}
+
+// xffTrust is whose X-Forwarded-For the gateway believes: every peer's
+// (Options.TrustForwardedFor) or those of the proxies in front of it
+// (Options.TrustedProxies).
+type xffTrust struct {
+	all  bool
+	from []netip.Prefix
+}
+
+// trusts says whether the peer at remoteAddr (host:port) is trusted.
+func (t *xffTrust) trusts(remoteAddr string) bool {
+	if t.all || len(t.from) == 0 {
+		return t.all
+	}
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	for _, p := range t.from {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // clientIP is the address a rate limit keyed by ip counts: the

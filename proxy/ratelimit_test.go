@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestRateLimitBucketsExpire(t *testing.T) {
 	now := time.Now()
 	for i := range 100 {
 		r := &http.Request{Header: http.Header{"K": {string(rune('a'+i%26)) + string(rune('a'+i/26))}}, RemoteAddr: "1.2.3.4:1"}
-		l.allow(r, "/", false, now)
+		l.allow(r, "/", &xffTrust{}, now)
 	}
 	if len(l.buckets) != 100 {
 		t.Fatalf("%d buckets, want 100", len(l.buckets))
@@ -95,5 +96,38 @@ func TestRateLimitBucketsExpire(t *testing.T) {
 	l.sweep(now.Add(2 * bucketIdle))
 	if len(l.buckets) != 0 {
 		t.Errorf("%d buckets left after they went idle", len(l.buckets))
+	}
+}
+
+// TestTrustedProxiesAloneMayNameTheClient: with TrustedProxies, the last
+// X-Forwarded-For entry counts on a connection from a trusted network
+// only; a client elsewhere that sends one is counted by its own address
+// (two forged addresses share its one bucket).
+func TestTrustedProxiesAloneMayNameTheClient(t *testing.T) {
+	trust := &xffTrust{from: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+	for addr, want := range map[string]bool{"10.1.2.3:80": true, "[::1]:80": true, "[::ffff:10.0.0.9]:80": true,
+		"11.0.0.1:80": false, "127.0.0.1:80": false, "garbage": false} {
+		if got := trust.trusts(addr); got != want {
+			t.Errorf("trusts(%s) = %v, want %v", addr, got, want)
+		}
+	}
+	b := newBackend(t, "b", nil)
+	limits := []api.RateLimit{{Prefix: "/", Key: api.RateLimitKey{Type: "ip"}, RPS: 0.001}}
+	// The test's client connects from 127.0.0.1: untrusted here...
+	res := newResolver(&Service{Project: "p", Run: "s", Replicas: []Replica{b.replica()}, MinReplicas: 1, RateLimits: limits})
+	_, gw := newGateway(t, res, Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	get(t, gw.URL+"/proxy/services/p/s/", "X-Forwarded-For", "3.3.3.3")
+	if code, _, _ := get(t, gw.URL+"/proxy/services/p/s/", "X-Forwarded-For", "4.4.4.4"); code != http.StatusTooManyRequests {
+		t.Errorf("an untrusted peer's X-Forwarded-For bought a fresh bucket: %d", code)
+	}
+	// ...and a trusted front proxy here: each client has its bucket.
+	_, gw2 := newGateway(t, res, Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	for _, ip := range []string{"5.5.5.5", "6.6.6.6"} {
+		if code, _, _ := get(t, gw2.URL+"/proxy/services/p/s/", "X-Forwarded-For", ip); code != http.StatusOK {
+			t.Errorf("the first request of client %s behind a trusted proxy: %d", ip, code)
+		}
+	}
+	if code, _, _ := get(t, gw2.URL+"/proxy/services/p/s/", "X-Forwarded-For", "5.5.5.5"); code != http.StatusTooManyRequests {
+		t.Errorf("client 5.5.5.5's second request: %d, want 429", code)
 	}
 }
