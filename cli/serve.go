@@ -108,7 +108,7 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 		Domain: c.String("domain"), HTTPSListen: c.String("https-listen"), HTTPListen: c.String("http-listen"),
 		GatewayTLS: c.String("tls"), ACMECA: c.String("acme-ca"), ACMEEmail: c.String("acme-email"), ACMECARoot: c.String("acme-ca-root"),
 		ExternalGateway: c.Bool("external-gateway"), TrustedProxies: trusted,
-		ConfigFile:      c.String("config"), PluginDir: c.String("plugin-dir"), BuiltinBackends: builtinBackends().Names(),
+		ConfigFile: c.String("config"), PluginDir: c.String("plugin-dir"), BuiltinBackends: builtinBackends().Names(),
 	})
 	if err != nil {
 		return err
