@@ -307,6 +307,8 @@ func (s *Server) replicaClient(job store.Record, port int) *http.Client {
 			return s.dialJobPort(ctx, job, port)
 		},
 		DisableKeepAlives: true,
+	}, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse // the replica's code answers: follow nothing it says
 	}}
 }
 
