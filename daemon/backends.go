@@ -41,6 +41,10 @@ type backendSet struct {
 
 	mu      sync.Mutex
 	entries map[string]*backendEntry
+
+	// capacity is the job backends' offers as scheduler nodes
+	// (backend_capacity.go).
+	capacity backendCapacity
 }
 
 // backendEntry is one configured backend's plugin.
@@ -189,6 +193,7 @@ func (s *Server) startBackends(ctx context.Context) error {
 		s.backends.entries[rec.ID] = e
 		s.backends.mu.Unlock()
 	}
+	s.startJobBackends() // their capacity and jobs (backend_capacity.go)
 	return nil
 }
 

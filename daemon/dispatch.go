@@ -81,6 +81,10 @@ func (s *dispatcher) runJob(ctx context.Context, id string) {
 	if err != nil || j.Status != store.JobProvisioning {
 		return
 	}
+	if _, _, onBackend := backendOfNode(j.Instance); onBackend {
+		s.dispatchBackend(ctx, j) // a job backend starts its whole gang at once (backend_dispatch.go)
+		return
+	}
 	if blocked, err := s.reconciler.startupBlocked(j); err != nil || blocked {
 		// Blocked: the first running node of its run dispatches it again.
 		// A corrupt record of its run (logged once) holds it back.
@@ -318,6 +322,10 @@ func (s *dispatcher) stopJob(id string) {
 		defer s.working.release("stop/" + id)
 		j, err := s.store.Jobs().Get(id)
 		if err != nil || j.Status != store.JobTerminating {
+			return
+		}
+		if _, _, onBackend := backendOfNode(j.Instance); onBackend {
+			s.stopBackendGang(s.ctx, j) // Backend.Stop, for the whole gang (backend_dispatch.go)
 			return
 		}
 		link := s.agents.get(j.Instance)

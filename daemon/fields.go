@@ -29,11 +29,12 @@ const (
 	targetLocal      fieldTarget = "local"      // the server's own host (the shared local fleet)
 	targetSSH        fieldTarget = "ssh"        // a host of an SSH fleet
 	targetRegistered fieldTarget = "registered" // a host registered with a fleet's token
+	targetBackend    fieldTarget = "backend"    // a job backend's engine (Kubernetes, Slurm): backend_capacity.go
 )
 
 // fieldTargets lists the targets in the order docs/config.md shows them.
 func fieldTargets() []fieldTarget {
-	return []fieldTarget{targetProcess, targetDocker, targetLocal, targetSSH, targetRegistered}
+	return []fieldTarget{targetProcess, targetDocker, targetLocal, targetSSH, targetRegistered, targetBackend}
 }
 
 // runtimeTarget reports whether t is a runtime (else a kind of host).
@@ -152,6 +153,9 @@ type fieldCheck struct {
 	image bool
 	// hosts are the hosts of the project's fleets and the shared ones.
 	hosts []candidateHost
+	// jobBackends: the project has job backend capacity (a task may run
+	// there: the Docker runtime and the backend target).
+	jobBackends bool
 }
 
 // runTargets is what the honoured fields leave of the runtimes and host
@@ -190,6 +194,8 @@ func backendTarget(backend string) fieldTarget {
 		return targetLocal
 	case "ssh":
 		return targetSSH
+	case jobBackendLabel:
+		return targetBackend
 	}
 	return targetRegistered
 }
@@ -223,6 +229,7 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 	fc := &fieldCheck{srv: s, project: project, cfg: cfg, run: cfg.Run()}
 	fc.image = fc.run.Image != "" || fc.run.Docker || (!s.opts.Embedded && s.opts.DefaultImage != "")
 	fc.hosts = s.candidateHosts(project)
+	fc.jobBackends = fc.run.Type == api.KindTask && len(s.jobBackendTypes(project)) > 0
 	var v fieldVerdict
 	var errs api.ErrorList
 	refused := map[fieldTarget][]string{} // target -> the fields that exclude it
@@ -270,19 +277,26 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 	if n := processNote(fc); n != "" {
 		v.notes = append(v.notes, n)
 	}
-	if len(fc.hosts) == 0 || len(refused) == 0 {
+	if (len(fc.hosts) == 0 && !fc.jobBackends) || len(refused) == 0 {
 		return v, nil
 	}
-	// Some targets are excluded: refuse a run that no host it may use
-	// can take, naming what excludes each kind of host.
+	// Some targets are excluded: refuse a run that no host (or job
+	// backend) it may use can take, naming what excludes each kind.
+	kinds := make([][2]fieldTarget, 0, len(fc.hosts)+1)
 	for _, h := range fc.hosts {
-		if len(refused[runtimeOf(h.runtime, fc.image)]) == 0 && len(refused[h.backend]) == 0 {
+		kinds = append(kinds, [2]fieldTarget{runtimeOf(h.runtime, fc.image), h.backend})
+	}
+	if fc.jobBackends {
+		kinds = append(kinds, [2]fieldTarget{targetDocker, targetBackend})
+	}
+	for _, k := range kinds {
+		if len(refused[k[0]]) == 0 && len(refused[k[1]]) == 0 {
 			return v, nil
 		}
 	}
 	seen := map[string]bool{}
-	for _, h := range fc.hosts {
-		for _, t := range []fieldTarget{runtimeOf(h.runtime, fc.image), h.backend} {
+	for _, k := range kinds {
+		for _, t := range k {
 			for _, p := range refused[t] {
 				if !seen[p+"/"+string(t)] {
 					seen[p+"/"+string(t)] = true
@@ -363,8 +377,8 @@ func allowedTargets(refused map[fieldTarget][]string, image bool) runTargets {
 			t.Runtimes = []string{"none"}
 		}
 	}
-	if len(refused[targetLocal]) > 0 || len(refused[targetSSH]) > 0 || len(refused[targetRegistered]) > 0 {
-		for _, b := range []string{"local", "ssh", "registration", "remote"} {
+	if len(refused[targetLocal]) > 0 || len(refused[targetSSH]) > 0 || len(refused[targetRegistered]) > 0 || len(refused[targetBackend]) > 0 {
+		for _, b := range []string{"local", "ssh", "registration", "remote", jobBackendLabel} {
 			if len(refused[backendTarget(b)]) == 0 {
 				t.Backends = append(t.Backends, b)
 			}
@@ -387,6 +401,8 @@ func targetName(t fieldTarget) string {
 		return "the server's own host"
 	case targetSSH:
 		return "SSH fleet hosts"
+	case targetBackend:
+		return "the project's job backends"
 	}
 	return "registered hosts"
 }

@@ -20,10 +20,12 @@ var containerRules = fieldRules{
 	"nvcc": {Proof: []string{"daemon.TestNvccPicksTheServersDevelImage"}, Check: checkNvcc,
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "the process runtime has no image with the CUDA compiler", Instead: "run on a host with Docker, or install nvcc on the host and drop nvcc"}}},
 	"docker": {Proof: []string{"daemon.TestDockerInDockerRunsPrivilegedInTheServersDindImage"}, Check: checkDocker,
-		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "Docker-in-Docker needs a privileged container", Instead: "run on a host with Docker whose admin allows privileged jobs"}}},
+		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "Docker-in-Docker needs a privileged container", Instead: "run on a host with Docker whose admin allows privileged jobs"},
+			targetBackend: {Why: "Docker-in-Docker needs a privileged container, and gpud does not make a job backend's workloads privileged", Instead: "run on a host with Docker whose admin allows privileged jobs"}}},
 	"dstack": {All: &refusal{Why: "the gpud CLI is not mounted into jobs", Instead: "drop dstack"}},
 	"privileged": {Proof: []string{"daemon.TestPrivilegedRunsOnlyWhereTheHostsAdminAllowsIt", "daemon.TestRegisteredHostsRunPrivilegedJobsOnlyWithAllowPrivileged"}, Check: checkPrivileged,
-		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "a process job cannot be privileged", Instead: "run on a host with Docker whose admin allows privileged jobs"}}},
+		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "a process job cannot be privileged", Instead: "run on a host with Docker whose admin allows privileged jobs"},
+			targetBackend: {Why: "gpud does not make a job backend's workloads (pods, batch jobs) privileged", Instead: "run on a host with Docker whose admin allows privileged jobs"}}},
 	"user": {Proof: []string{"daemon.TestDockerJobsRunAsTheirUserInTheirWorkingDirWithTheirShm"},
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "the process runtime runs every job as the user its admin chose", Instead: "run on a host with Docker, or drop user"}}},
 	"entrypoint": {Proof: []string{"daemon.TestEntrypointTakesTheCommandsAsItsArguments"}, Check: checkEntrypoint,
@@ -32,7 +34,8 @@ var containerRules = fieldRules{
 	"working_dir": {Proof: []string{"daemon.TestDockerJobsRunAsTheirUserInTheirWorkingDirWithTheirShm", "daemon.TestProcessJobsWorkingDirIsMadeInsideTheirOwnDirectory"},
 		Check: checkWorkingDir},
 	"resources.shm_size": {Proof: []string{"daemon.TestDockerJobsRunAsTheirUserInTheirWorkingDirWithTheirShm"},
-		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "processes share the host's /dev/shm", Instead: "run on a host with Docker, or drop shm_size"}}},
+		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "processes share the host's /dev/shm", Instead: "run on a host with Docker, or drop shm_size"},
+			targetBackend: {Why: "gpud sizes /dev/shm on its own Docker runtime; a job backend's engine gives its workloads its own", Instead: "run on a host with Docker, or drop shm_size"}}},
 }
 
 // anyHost reports whether yes holds for a host the run may use (given

@@ -50,5 +50,6 @@ var placementRules = fieldRules{
 	// job has nothing to carry them.
 	"tags": {Proof: []string{"daemon.TestPlacementTagsLabelTheJobsContainers"}, Refuse: map[fieldTarget]refusal{
 		targetProcess: {Why: "tags label the job's container, and a process job has none", Instead: "give the run an image, or drop tags"},
+		targetBackend: {Why: "tags label the containers gpud's Docker runtime creates; a job backend labels its workloads with gpud's own labels only", Instead: "run on a host with Docker, or drop tags"},
 	}},
 }

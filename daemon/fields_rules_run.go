@@ -15,7 +15,8 @@ var runRules = fieldRules{
 	"resources.memory": {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
 
 	// Instance volumes (host paths the host's admin allows); daemon/volumes.go.
-	"volumes":               {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath", "daemon.TestEmbeddedLaptopModeMountsAnyPathButItsDataDir"}},
+	"volumes": {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath", "daemon.TestEmbeddedLaptopModeMountsAnyPathButItsDataDir"},
+		Refuse: map[fieldTarget]refusal{targetBackend: refuseHostOnlyOnBackend("instance and managed volumes are mounted by gpud's agent on a host", "drop volumes")}},
 	"volumes.instance_path": {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeAttacksAreRefusedWithTheField", "daemon.TestRegisteredHostMountsOnlyUnderItsAllowVolumePrefix"}, Check: checkVolumeHostPath},
 	"volumes.path":          {Proof: []string{"daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath", "daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker", "daemon.TestManagedVolumeOnProcessOnlyHostsIsRefusedByItsPath"}, Check: checkVolumePath},
 	"volumes.optional":      {Proof: []string{"daemon.TestOptionalInstanceVolumeIsSkippedWhereTheHostDoesNotAllowIt"}, Note: noteOptionalVolumes},
@@ -24,7 +25,8 @@ var runRules = fieldRules{
 	// repos and files: the client packs them (internal/upload), the server
 	// keeps the archive and pushes it to the job's agent, which unpacks it
 	// into the job's working directory (daemon/uploads.go).
-	"repos":            {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir", "daemon.TestFilesAndReposArriveInADockerJobsWorkingDir"}},
+	"repos": {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir", "daemon.TestFilesAndReposArriveInADockerJobsWorkingDir"},
+		Refuse: map[fieldTarget]refusal{targetBackend: refuseHostOnlyOnBackend("the run's repos are uploaded to, or cloned by, gpud's agent on the host", "bake the code into the image")}},
 	"repos.local_path": {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}},
 	"repos.path": {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir", "daemon.TestFilesAndReposArriveAtAbsolutePathsInADockerJob"},
 		Check: checkUploadPath, Refuse: refuseUploadTargetOnProcess, RefuseWhen: uploadTargetOutside},
@@ -33,7 +35,8 @@ var runRules = fieldRules{
 	"repos.hash":   {Proof: []string{"daemon.TestRepoURLIsClonedIntoTheJobsWorkingDir"}, Check: checkRepoRef},
 	"repos.if_exists": {All: &refusal{Why: "each job gets a fresh working directory, so a repo never finds its path taken",
 		Instead: "drop if_exists"}},
-	"files":            {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir", "daemon.TestFilesAndReposArriveInADockerJobsWorkingDir"}},
+	"files": {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir", "daemon.TestFilesAndReposArriveInADockerJobsWorkingDir"},
+		Refuse: map[fieldTarget]refusal{targetBackend: refuseHostOnlyOnBackend("the run's files are uploaded to gpud's agent on the host", "bake the files into the image")}},
 	"files.local_path": {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir"}},
 	"files.path": {Proof: []string{"daemon.TestFilesAndReposArriveInTheJobsWorkingDir", "daemon.TestFilesAndReposArriveAtAbsolutePathsInADockerJob"},
 		Check: checkUploadPath, Refuse: refuseUploadTargetOnProcess, RefuseWhen: uploadTargetOutside},
@@ -46,10 +49,12 @@ var runRules = fieldRules{
 	"schedule":           {Subtree: true, Proof: []string{"daemon.TestCronScheduleResubmitsAtEachTick"}},
 
 	// Tasks.
-	"task:nodes":           {Proof: []string{"daemon.TestSSHClusterRunsATwoNodeTaskWhoseNodesReachEachOther"}},
-	"task:startup_order":   {Proof: []string{"daemon.TestStartupOrderStartsTheFirstNodesFirst"}},
-	"task:stop_criteria":   {Proof: []string{"daemon.TestStopCriteriaMasterDoneStopsTheWorkers"}},
-	"task:ports":           {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
+	"task:nodes": {Proof: []string{"daemon.TestSSHClusterRunsATwoNodeTaskWhoseNodesReachEachOther"}},
+	"task:startup_order": {Proof: []string{"daemon.TestStartupOrderStartsTheFirstNodesFirst"},
+		Refuse: map[fieldTarget]refusal{targetBackend: {Why: "a job backend starts a gang's jobs all at once, with one StartGang", Instead: "run on the project's hosts, or drop startup_order and let the workers wait for the master"}}},
+	"task:stop_criteria": {Proof: []string{"daemon.TestStopCriteriaMasterDoneStopsTheWorkers"}},
+	"task:ports": {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"},
+		Refuse: map[fieldTarget]refusal{targetBackend: refuseHostOnlyOnBackend("a task's ports are forwarded through gpud's agent on the host", "drop ports")}},
 	"task:groups":          {Proof: []string{"daemon.TestTaskGroupsRunTheirOwnCommands"}},
 	"task:groups.name":     {Proof: []string{"daemon.TestTaskGroupsRunTheirOwnCommands"}},
 	"task:groups.nodes":    {Proof: []string{"daemon.TestTaskGroupsRunTheirOwnCommands"}},

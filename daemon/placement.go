@@ -26,7 +26,8 @@ import (
 type runPlacement struct {
 	Fleets    []string          `json:"fleets,omitempty"`
 	Instances []api.InstanceRef `json:"instances,omitempty"`
-	// Backends are instance backends: local, ssh, registration, remote.
+	// Backends are instance backends (local, ssh, registration, remote)
+	// and job backends' types or names.
 	Backends []string `json:"backends,omitempty"`
 }
 
@@ -34,13 +35,20 @@ func (p runPlacement) isZero() bool {
 	return len(p.Fleets) == 0 && len(p.Instances) == 0 && len(p.Backends) == 0
 }
 
-// placementOf reads a run's placement fields. Backends gpud has none of
-// (clouds) are left out: the plan refuses a list of only those, and
-// notes the ones it leaves out of a mixed list.
+// placementOf reads a run's placement fields. Backends other than gpud's
+// hosts' are kept by name (lower case): a job backend's type or name
+// selects its capacity; the plan refuses a list of only unknown ones, and
+// notes the ones no host or backend has in a mixed list.
 func placementOf(spec *api.RunSpec) runPlacement {
 	p := runPlacement{Fleets: slices.Clone(spec.Fleets), Instances: slices.Clone(spec.Instances)}
 	for _, b := range spec.Backends {
-		for _, ib := range instanceBackends(b) {
+		ibs := instanceBackends(b)
+		if ibs == nil {
+			// A job backend's type or name (backend_capacity.go); the plan
+			// refuses a name no configured backend has (checkBackends).
+			ibs = []string{strings.ToLower(b)}
+		}
+		for _, ib := range ibs {
 			if !slices.Contains(p.Backends, ib) {
 				p.Backends = append(p.Backends, ib)
 			}
@@ -429,6 +437,9 @@ func (pl *placer) selector(project string, p runPlacement, needs []hostNeeds) (s
 	label := placementLabel + strconv.Itoa(len(pl.labels))
 	for i := range pl.nodes {
 		h := pl.hosts[i]
+		if !pl.ok[i] && backendNodeMatches(pl.nodes[i], project, p, own) {
+			pl.nodes[i].Labels[label] = "yes" // a job backend's capacity (backend_capacity.go)
+		}
 		if !pl.ok[i] || !placementMatches(h, project, p, &pl.nums) {
 			continue
 		}

@@ -96,28 +96,36 @@ func checkBackends(fc *fieldCheck, path string) *refusal {
 	if path != "backends" {
 		return nil
 	}
-	if len(placementOf(fc.run).Backends) > 0 {
+	if slices.ContainsFunc(fc.run.Backends, fc.knownBackend) {
 		return nil
 	}
 	return &refusal{
-		Why:     fmt.Sprintf("no %s backend is configured: gpud runs on SSH and registered hosts until backend plugins land", strings.Join(fc.run.Backends, " or ")),
-		Instead: "drop backends to use the project's fleets, or name gpud's own: local, ssh (dstack's remote), registration",
+		Why: fmt.Sprintf("no %s backend is configured in project %q: gpud runs on its SSH and registered hosts and on the project's job backend plugins (gpud backend list)",
+			strings.Join(fc.run.Backends, " or "), fc.project),
+		Instead: "add the backend with gpud backend add, drop backends to use the project's fleets, or name gpud's own: local, ssh (dstack's remote), registration",
 	}
+}
+
+// knownBackend reports whether b names gpud's own hosts' backends or a
+// job backend of the project (its type or name).
+func (fc *fieldCheck) knownBackend(b string) bool {
+	return instanceBackends(b) != nil || (fc.srv != nil && slices.Contains(fc.srv.jobBackendTypes(fc.project), strings.ToLower(b)))
 }
 
 // noteBackends names the backends a mixed list names that gpud has none of.
 func noteBackends(fc *fieldCheck) string {
-	var clouds []string
+	var unknown, known []string
 	for _, b := range fc.run.Backends {
-		if instanceBackends(b) == nil {
-			clouds = append(clouds, b)
+		if fc.knownBackend(b) {
+			known = append(known, b)
+		} else {
+			unknown = append(unknown, b)
 		}
 	}
-	if len(clouds) == 0 || len(placementOf(fc.run).Backends) == 0 {
+	if len(unknown) == 0 || len(known) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("backends: no %s backend is configured; the run uses only %s hosts", strings.Join(clouds, " or "),
-		strings.Join(placementOf(fc.run).Backends, ", "))
+	return fmt.Sprintf("backends: no %s backend is configured; the run uses only %s hosts", strings.Join(unknown, " or "), strings.Join(known, ", "))
 }
 
 func checkSpot(fc *fieldCheck, path string) *refusal {

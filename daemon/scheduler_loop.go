@@ -189,6 +189,8 @@ func (s *scheduler) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 		}
 		snap.Nodes = append(snap.Nodes, node)
 	}
+	// Job backends' offers are nodes too (backend_capacity.go).
+	snap.Nodes = append(snap.Nodes, s.backendCapacityNodes()...)
 	pl := newPlacer(s.Server, snap.Nodes)
 	var corruptQueue map[string]bool
 	snap.Queues, corruptQueue = s.schedQueues()
@@ -251,6 +253,9 @@ runs:
 			sj := sched.Job{Name: name, Queue: run.Queue, Priority: rs.Priority, Preemptible: rs.Preemptible, MinMembers: min(max(rs.MinNodes, 1), len(g)),
 				Nodes: projectNodes(run.Project)}
 			sj.Nodes.And = rs.Targets.selector()
+			if rs.Type != api.KindTask {
+				sj.Nodes.And = append(sj.Nodes.And, hostsOnly("hosts (a "+string(rs.Type)+" does not run on a job backend)"))
+			}
 			if sel, ok := pl.selector(run.Project, rs.Place, s.volumeHostNeeds(groupNeeds(specs, g), specs, g)); ok {
 				sj.Nodes.And = append(sj.Nodes.And, sel)
 			}
