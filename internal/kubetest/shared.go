@@ -85,3 +85,33 @@ func StopShared() {
 		_ = os.RemoveAll(shared.logsDir)
 	}
 }
+
+// StartT starts a cluster of the test's own with nodes (SharedNodes when
+// none are given), stopped when the test ends; the skip and fail rules
+// are Need's.
+func StartT(t testing.TB, nodes ...GPUNode) *Cluster {
+	t.Helper()
+	bins, err := FindBinaries()
+	if err != nil {
+		if os.Getenv("CI") == "" {
+			t.Skipf("no Kubernetes test cluster: %v", err)
+		}
+		t.Fatalf("Kubernetes test cluster: %v", err)
+	}
+	c, err := Start(bins, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	if len(nodes) == 0 {
+		nodes = SharedNodes
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, n := range nodes {
+		if err := c.AddGPUNode(ctx, n); err != nil {
+			t.Fatalf("%v\n%s", err, c.Logs())
+		}
+	}
+	return c
+}

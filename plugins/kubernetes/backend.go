@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -208,10 +209,11 @@ func (b *Backend) nodeOffer(n corev1.Node, used corev1.ResourceList) api.Offer {
 			break
 		}
 	}
-	r.GPUName = n.Labels["nvidia.com/gpu.product"]
-	if r.GPUName == "" {
-		r.GPUName = n.Labels["amd.com/gpu.product-name"]
+	product := n.Labels["nvidia.com/gpu.product"]
+	if product == "" {
+		product = n.Labels["amd.com/gpu.product-name"]
 	}
+	r.GPUName = gpuModel(product)
 	// GPU feature discovery labels device memory in MiB.
 	if mib, err := strconv.ParseInt(n.Labels["nvidia.com/gpu.memory"], 10, 64); err == nil {
 		r.GPUMemory = api.Size(mib) * api.MB
@@ -233,11 +235,16 @@ func (b *Backend) nodeOffer(n corev1.Node, used corev1.ResourceList) api.Offer {
 	return api.Offer{Backend: "kubernetes", Instance: n.Name, Resources: r, Available: avail, Region: region}
 }
 
-// gpuNameMatches compares a node's product label
-// (NVIDIA-H100-80GB-HBM3) with a name a user asks for (H100).
-func gpuNameMatches(product, want string) bool {
-	p, w := normalizeGPU(product), normalizeGPU(want)
-	return p == w || (w != "" && containsWord(p, w))
+// gpuNameMatches compares an offer's model (H100) with the names a
+// query asks for, comma-separated, each a model or a product name
+// ("H100", "NVIDIA H100 80GB HBM3").
+func gpuNameMatches(model, want string) bool {
+	for _, w := range strings.Split(want, ",") {
+		if m := gpuModel(w); m != "" && m == gpuModel(model) {
+			return true
+		}
+	}
+	return false
 }
 
 // CreateInstance implements plugins.Backend: a job backend makes no

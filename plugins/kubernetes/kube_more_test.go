@@ -31,14 +31,14 @@ func TestOffersShowTheKWOKNodesGPUs(t *testing.T) {
 	for _, o := range offers {
 		names = append(names, o.Instance)
 		r := o.Resources
-		if r.GPUs != 8 || r.GPUName != "NVIDIA-H100-80GB-HBM3" || r.GPUMemory != 81559*api.MB || r.CPUs != 64 || r.Memory != 512*api.GB || o.Backend != "kubernetes" || o.Available != "available" {
+		if r.GPUs != 8 || r.GPUName != "H100" || r.GPUMemory != 81559*api.MB || r.CPUs != 64 || r.Memory != 512*api.GB || o.Backend != "kubernetes" || o.Available != "available" {
 			t.Errorf("offer %+v", o)
 		}
 	}
 	if !slices.Equal(names, []string{"kwok-gpu-0", "kwok-gpu-1"}) {
 		t.Fatalf("offers on %v", names)
 	}
-	for _, q := range []plugins.OfferQuery{{GPUName: "H100"}, {GPUName: "nvidia h100 80gb hbm3"}, {GPUs: 8}} {
+	for _, q := range []plugins.OfferQuery{{GPUName: "H100"}, {GPUName: "h100"}, {GPUs: 8}} {
 		if got, err := b.Offers(ctx, q); err != nil || len(got) != 2 {
 			t.Errorf("query %+v: %d offers, %v", q, len(got), err)
 		}

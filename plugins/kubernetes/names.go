@@ -50,14 +50,16 @@ func labelValue(id string) string {
 // and, with "-<rank>", its pods (the pods' hostnames under the Service).
 func gangBase(gang string) string { return dnsLabel("gpud-", gang, 52) }
 
-// normalizeGPU reduces a GPU name to upper-case words joined by '-':
-// "NVIDIA-H100-80GB-HBM3", "nvidia h100" and "H100" compare by words.
-func normalizeGPU(s string) string {
-	f := strings.FieldsFunc(strings.ToUpper(s), func(r rune) bool { return r == '-' || r == ' ' || r == '_' })
-	return strings.Join(f, "-")
-}
-
-// containsWord reports whether the words of want appear in a, in order.
-func containsWord(a, want string) bool {
-	return strings.Contains("-"+a+"-", "-"+want+"-")
+// gpuModel reduces GPU feature discovery's product label
+// (NVIDIA-H100-80GB-HBM3) to the model offers name, as the server names
+// its hosts' devices (H100): the first word that is not a vendor's.
+func gpuModel(product string) string {
+	for _, w := range strings.FieldsFunc(strings.ToUpper(product), func(r rune) bool { return r == '-' || r == ' ' || r == '_' }) {
+		switch w {
+		case "NVIDIA", "TESLA", "GEFORCE", "AMD", "INSTINCT":
+			continue
+		}
+		return w
+	}
+	return ""
 }

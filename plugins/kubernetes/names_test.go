@@ -30,12 +30,20 @@ func TestNamesAreValidAndDistinct(t *testing.T) {
 
 func TestGPUNameMatching(t *testing.T) {
 	for _, c := range []struct {
-		product, want string
-		ok            bool
-	}{{"NVIDIA-H100-80GB-HBM3", "H100", true}, {"NVIDIA-H100-80GB-HBM3", "h100 80gb hbm3", true},
-		{"NVIDIA-H100-80GB-HBM3", "A100", false}, {"NVIDIA-H100-80GB-HBM3", "H10", false}} {
-		if got := gpuNameMatches(c.product, c.want); got != c.ok {
-			t.Errorf("%q ~ %q = %v", c.product, c.want, got)
+		model, want string
+		ok          bool
+	}{{"H100", "H100", true}, {"H100", "nvidia h100 80gb hbm3", true}, {"H100", "A100,H100", true},
+		{"H100", "A100", false}, {"H100", "H10", false}, {"H100", "", false}} {
+		if got := gpuNameMatches(c.model, c.want); got != c.ok {
+			t.Errorf("%q ~ %q = %v", c.model, c.want, got)
+		}
+	}
+}
+
+func TestGPUModelFromTheProductLabel(t *testing.T) {
+	for product, want := range map[string]string{"NVIDIA-H100-80GB-HBM3": "H100", "NVIDIA-A100-SXM4-80GB": "A100", "Tesla-T4": "T4", "AMD-Instinct-MI300X": "MI300X", "": ""} {
+		if got := gpuModel(product); got != want {
+			t.Errorf("gpuModel(%q) = %q, want %q", product, got, want)
 		}
 	}
 }
