@@ -3,13 +3,19 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
+	"gpud.dev/gpud/store"
 )
 
 // routerHandler is the test's SGLang router: busybox nc runs it once per
@@ -242,5 +248,63 @@ replicas:
 	svc, ok := ts.gwResolver.Service("main", "dyn")
 	if !ok || len(svc.Replicas) != 1 || svc.Replicas[0].ID != router.ID || svc.MinReplicas != 1 {
 		t.Fatalf("the gateway's replicas are not the router's only: ok=%v %+v", ok, svc)
+	}
+}
+
+// TestRouterSyncAddsWhatTheRouterLacksAndRemovesTheRest: against a router
+// (real HTTP) that lists a stale worker and one of the targets, a sync
+// posts the missing target with dstack's body and deletes the stale one
+// by its id, leaving the listed target alone; a router whose answer
+// exceeds dstack's bound, or that redirects, is not believed.
+func TestRouterSyncAddsWhatTheRouterLacksAndRemovesTheRest(t *testing.T) {
+	var calls []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		calls = append(calls, r.Method+" "+r.URL.Path+" "+string(b))
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/workers":
+			fmt.Fprint(w, `{"workers": [{"id": "old", "url": "http://10.0.0.9:8000"}, {"id": "keep", "url": "http://10.0.0.1:8000/"}]}`)
+		case r.URL.Path == "/big":
+			fmt.Fprint(w, `{"workers": [`+strings.Repeat(" ", maxRouterListBytes)+`]}`)
+		case r.URL.Path == "/moved":
+			http.Redirect(w, r, "/workers", http.StatusFound)
+		default:
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprint(w, `{"status": "accepted"}`)
+		}
+	}))
+	defer srv.Close()
+	s := &Server{log: zerolog.Nop()}
+	rc := s.replicaClient(store.Record{}, 8000) // its redirect rule; dialed here to srv
+	rc.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", srv.Listener.Addr().String())
+	}}
+	ctx := context.Background()
+	current, err := routerWorkers(ctx, rc)
+	if err != nil || len(current) != 2 {
+		t.Fatalf("the router's list: %v %v", current, err)
+	}
+	boot := 8998
+	targets := []routerTarget{
+		{URL: "http://10.0.0.1:8000", WorkerType: "decode", ConnectionMode: "http", RuntimeType: "sglang"},
+		{URL: "http://10.0.0.2:8000", WorkerType: "prefill", BootstrapPort: &boot, ConnectionMode: "http", RuntimeType: "sglang"},
+	}
+	calls = nil
+	if err := s.reconcileRouter(ctx, serviceView{}, rc, current, targets); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`POST /workers {"url":"http://10.0.0.2:8000","worker_type":"prefill","bootstrap_port":8998,"connection_mode":"http","runtime_type":"sglang"}`,
+		`DELETE /workers/old `,
+	}
+	if strings.Join(calls, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
+	}
+	var list struct{}
+	if err := routerCall(ctx, rc, http.MethodGet, "/big", nil, http.StatusOK, maxRouterListBytes, &list); err == nil {
+		t.Fatal("an answer past the bound was read")
+	}
+	if err := routerCall(ctx, rc, http.MethodGet, "/moved", nil, http.StatusOK, maxRouterListBytes, &list); err == nil {
+		t.Fatal("a redirect was followed")
 	}
 }
