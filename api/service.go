@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"strings"
 
 	"github.com/goccy/go-yaml/ast"
 )
@@ -23,6 +24,9 @@ type ServiceSpec struct {
 	Probes      []Probe         `json:"probes,omitempty"`
 	// Router is dstack 0.20's service-level router (api/router.go).
 	Router *ServiceRouter `json:"router,omitempty"`
+	// Domains are hostnames of the service's own, beyond <run>.<domain>
+	// of its gateway (a gpud extension; lower case, no trailing dot).
+	Domains []string `json:"domains,omitempty"`
 }
 
 // ServiceGateway picks the gateway: a named one, the default one (Use
@@ -166,6 +170,11 @@ func (d *decoder) service(body ast.Node) *ServiceSpec {
 		}
 		if name, ok := d.str(n, p); ok && name != "" {
 			s.Gateway = &ServiceGateway{Name: name, Use: true}
+		}
+	}
+	fs["domains"] = func(n ast.Node, p string) {
+		for _, h := range d.strList(n, p) {
+			s.Domains = append(s.Domains, strings.TrimSuffix(strings.ToLower(h), "."))
 		}
 	}
 	fs["strip_prefix"] = func(n ast.Node, p string) { s.StripPrefix, _ = d.boolean(n, p) }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 
@@ -166,7 +167,8 @@ func (s *Server) serviceHosts(project string, run store.Record) (hosts []string,
 	if !ok || g.Domain == "" {
 		return nil, false
 	}
-	return []string{strings.ToLower(run.Name) + "." + g.Domain}, g.Plain || sc.noHTTPS
+	hosts = append([]string{strings.ToLower(run.Name) + "." + g.Domain}, s.customDomainsOf(run)...) // service_domains.go
+	return hosts, g.Plain || sc.noHTTPS
 }
 
 // serviceAtHost finds the active service that host (lower case, no port)
@@ -202,6 +204,11 @@ func (s *Server) serviceAtHost(host string) (run store.Record, plain, ok bool) {
 			}
 		}
 	}
+	if r, ok := s.serviceAtCustomDomain(host); ok { // a service's own domains (service_domains.go)
+		if hosts, plain := s.serviceHosts(r.Project, r); slices.Contains(hosts, host) {
+			return r, plain, true
+		}
+	}
 	return store.Record{}, false, false
 }
 
@@ -229,7 +236,7 @@ func (s *Server) checkGatewayDomain(project, name, domain string) error {
 			return conflict("domain %s overlaps gateway %q of this project; delete or change that one first", domain, g.Name)
 		}
 	}
-	return nil
+	return s.checkGatewayDomainFreeOfServices(project, domain) // service_domains.go
 }
 
 func validHostname(h string) bool {

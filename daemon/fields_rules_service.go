@@ -23,7 +23,10 @@ var serviceRules = fieldRules{
 	// https: true is the default; false and auto serve the service over
 	// plain HTTP on the gateway's HTTP listener (auto: when its gateway
 	// has certificate: none), as api_gateways.go's serviceHosts says.
-	"service:https":       {Proof: []string{"daemon.TestGatewayWithoutCertificateServesPlainHTTP"}},
+	"service:https": {Proof: []string{"daemon.TestGatewayWithoutCertificateServesPlainHTTP"}},
+	// domains (a gpud extension): the service's own hostnames, routed
+	// and certified by the gateway (service_domains.go).
+	"service:domains":     {Proof: []string{"daemon.TestServiceCustomDomainIsServedWithItsOwnCertificate"}, Check: checkServiceDomains},
 	"service:scaling":     {Subtree: true, Proof: []string{"daemon.TestServiceAutoscalesOnRequestRate", "daemon.TestServiceScalesUpUnderLoad", "daemon.TestServiceScalesToZeroAndWakesOnRequest"}},
 	"service:rate_limits": {Subtree: true, Proof: rateLimitProof},
 	"service:probes":      {Subtree: true, Proof: []string{"daemon.TestServiceRollingUpdateKeepsTheOldVersionWhenProbesFail"}},
