@@ -1,7 +1,8 @@
 // Package proxy is the service gateway: it routes a request for
 // https://<run>.<domain>/... or /proxy/services/<project>/<run>/... to a
 // ready replica of that service (least outstanding requests, keep-alive
-// pools, retries only for requests that never reached a replica), checks
+// pools, a request sent again only when it cannot run twice: it never
+// reached a replica, or it is idempotent and no answer began), checks
 // the service's auth, applies its rate limits, streams SSE and WebSocket
 // without buffering, serves the OpenAI-compatible model routes, counts
 // request rates for autoscaling, exports Prometheus metrics, and
