@@ -286,3 +286,43 @@ func TestBackendFieldsAreRefusedByName(t *testing.T) {
 		t.Fatalf("job backend types: %v", ts.jobBackendTypes("main"))
 	}
 }
+
+// TestBackendRunSurvivesAServerRestart: the server stops while a run's
+// job runs on the backend (the job, a process of the engine, keeps
+// running); the next server on the same state re-reads the gang from the
+// backend and keeps the run, which then finishes with its output copied
+// once.
+func TestBackendRunSurvivesAServerRestart(t *testing.T) {
+	ts := startBackendServer(t, 8)
+	gate := filepath.Join(t.TempDir(), "go")
+	ts.submit(fmt.Sprintf("type: task\nname: rs\ncommands:\n  - echo before\n  - while [ ! -f %s ]; do sleep 0.1; done\n  - echo after\nresources:\n  gpu: A100:1\n", gate))
+	ts.waitRun("rs", "running", "", time.Minute)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if logs := ts.logText("rs"); !strings.Contains(logs, "before") {
+			return fmt.Errorf("logs: %q", logs)
+		}
+		return nil
+	})
+	if err := ts.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ts2 := startServerWith(t, Options{DataDir: ts.opts.DataDir, NoLocalAgent: true, PluginDir: ts.fx.pluginDir})
+	ts2.admin = ts.admin
+	if r := ts2.getRun("rs"); r.Status != "running" {
+		t.Fatalf("after the restart the run is %s (%s)", r.Status, r.Reason)
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := ts2.waitRun("rs", "done", "", time.Minute)
+	if j := r.Jobs[0]; j.ExitCode == nil || *j.ExitCode != 0 {
+		t.Fatalf("job: %+v", j)
+	}
+	testutil.Eventually(t, 30*time.Second, func() error {
+		logs := ts2.logText("rs")
+		if strings.Count(logs, "before") != 1 || !strings.Contains(logs, "after") {
+			return fmt.Errorf("logs (each line once): %q", logs)
+		}
+		return nil
+	})
+}

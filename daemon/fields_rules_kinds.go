@@ -2,7 +2,7 @@ package daemon
 
 // provisioningRefusal is why the fields of fleets that gpud would have to
 // provision wait: no backend can create instances yet.
-var provisioningRefusal = &refusal{Why: "gpud provisions no instances yet (no cloud or Kubernetes backend)",
+var provisioningRefusal = &refusal{Why: "gpud provisions no instances yet (no cloud backend; Kubernetes and Slurm are job backends, which run jobs, not a fleet's hosts)",
 	Instead: "list existing hosts under ssh_config, or register hosts with `gpud fleet token` and `gpud agent --server URL --token T`"}
 
 // otherKindRules are the fields of fleets, queues, volumes and gateways.
@@ -23,8 +23,9 @@ var otherKindRules = fieldRules{
 			}
 			return nil
 		}},
-	"fleet:resources":          {All: provisioningRefusal},
-	"fleet:backends":           {All: provisioningRefusal},
+	"fleet:resources": {All: provisioningRefusal},
+	"fleet:backends": {All: &refusal{Why: "a fleet holds hosts, not backends: a project's job backends (gpud backend add) serve its tasks directly, as capacity of their own, and no cloud backend provisions a fleet's hosts yet",
+		Instead: "drop backends from the fleet; add the backend with `gpud backend add` and choose it in a run with backends: [TYPE or NAME]"}},
 	"fleet:regions":            {All: provisioningRefusal},
 	"fleet:availability_zones": {All: provisioningRefusal},
 	"fleet:instance_types":     {All: provisioningRefusal},
