@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,5 +129,63 @@ func TestKubernetesBackendRunsATwoNodeTask(t *testing.T) {
 	}
 	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/st/stop", api.StopRunRequest{}, nil)
 	ts.waitRun("st", "terminated", "", 2*time.Minute)
+	testutil.Eventually(t, time.Minute, func() error { return gangLeft(c) })
+}
+
+// TestKubernetesPluginCrashAndBadKubeconfig: a wrong kubeconfig is refused
+// at `backend add` naming what the API server said, and the stored backend
+// stays; the Kubernetes plugin subprocess killed during a run is started
+// again, the run stays running on its pod, and KWOK's finish of the pod
+// still ends the run and removes the gang.
+func TestKubernetesPluginCrashAndBadKubeconfig(t *testing.T) {
+	ts, c := kubeServer(t)
+	data, err := os.ReadFile(c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong, err := json.Marshal(map[string]any{"kubeconfig_data": strings.Replace(string(data), "kubetest-admin-token", "stolen", 1), "namespace": "gpud"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, e := ts.call(ts.admin, "POST", "/api/v1/projects/main/backends", api.AddBackendRequest{Name: "k8s", Type: "kubernetes", Config: wrong}, nil)
+	if msg := e.Message + strings.Join(e.Errors, "\n"); code == http.StatusOK || !strings.Contains(msg, "401 Unauthorized") {
+		t.Fatalf("a wrong token at backend add: %d %v", code, e)
+	}
+	missing, err := json.Marshal(map[string]any{"kubeconfig": "/nonexistent/kubeconfig"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, e = ts.call(ts.admin, "POST", "/api/v1/projects/main/backends", api.AddBackendRequest{Name: "k8s", Type: "kubernetes", Config: missing}, nil)
+	if msg := e.Message + strings.Join(e.Errors, "\n"); code == http.StatusOK || !strings.Contains(msg, "/nonexistent/kubeconfig") {
+		t.Fatalf("a missing kubeconfig at backend add: %d %v", code, e)
+	}
+
+	ts.submit("type: task\nname: crash\nimage: busybox\ncommands:\n  - sleep infinity\nresources:\n  gpu: H100:2\n")
+	ts.waitRun("crash", "running", "", 2*time.Minute)
+	first := ts.backendOut(mustRecord(t, ts, "main/k8s")).Pid
+	if first == 0 {
+		t.Fatal("no plugin pid")
+	}
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, func() error {
+		out := ts.backendOut(mustRecord(t, ts, "main/k8s"))
+		if out.Pid == first || out.Pid == 0 || out.State != "running" {
+			return fmt.Errorf("plugin not restarted yet: %+v", out)
+		}
+		return nil
+	})
+	if r := ts.getRun("crash"); r.Status != "running" {
+		t.Fatalf("after the plugin's restart the run is %s (%s)", r.Status, r.Reason)
+	}
+	pods := gangPods(t, c)
+	if len(pods) != 1 {
+		t.Fatalf("%d pods after the plugin's restart", len(pods))
+	}
+	if err := c.Finish(context.Background(), "gpud", pods[0].Name, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	ts.waitRun("crash", "done", "", 2*time.Minute)
 	testutil.Eventually(t, time.Minute, func() error { return gangLeft(c) })
 }
