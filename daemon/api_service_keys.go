@@ -99,8 +99,12 @@ func (s *runsAPI) handleCreateServiceKey(w http.ResponseWriter, r *http.Request)
 	if err != nil {
 		return err
 	}
+	u, err := s.store.Users().Get(c.name)
+	if err != nil {
+		return err
+	}
 	e := serviceKeyEntry{Hash: hash, Project: project, ProjectCreated: p.CreatedAt.UnixNano(), Run: kr.name, Name: req.Name,
-		CreatedBy: c.name, CreatedAt: s.now().UTC()}
+		CreatedBy: c.name, CreatorCreated: u.CreatedAt.UnixNano(), CreatedAt: s.now().UTC()}
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err

@@ -47,10 +47,13 @@ type serviceKeyEntry struct {
 	Project string `json:"project"`
 	// ProjectCreated binds the key to this project, not to a project of
 	// the same name made after it was deleted.
-	ProjectCreated int64     `json:"project_created"`
-	Run            string    `json:"run"`
-	Name           string    `json:"name"`
-	CreatedBy      string    `json:"created_by"`
+	ProjectCreated int64  `json:"project_created"`
+	Run            string `json:"run"`
+	Name           string `json:"name"`
+	CreatedBy      string `json:"created_by"`
+	// CreatorCreated binds the key to its maker's account, not to a user
+	// of the same name made after that one was deleted.
+	CreatorCreated int64     `json:"creator_created"`
 	CreatedAt      time.Time `json:"created_at"`
 }
 
@@ -88,7 +91,7 @@ func (s *Server) serviceKeyEntryOf(hash string) (serviceKeyEntry, bool) {
 
 // serviceKeyValid finds the entry of key, if key is a live key: stored,
 // of a project that still exists as the one it was made in, made by a
-// user who is still a member of it (a key never outlives its maker's
+// user (that account, not a namesake) who is still a member of it (a key never outlives its maker's
 // access to the project).
 func (s *Server) serviceKeyValid(key string) (serviceKeyEntry, bool) {
 	if !strings.HasPrefix(key, api.ServiceKeyPrefix) {
@@ -104,7 +107,7 @@ func (s *Server) serviceKeyValid(key string) (serviceKeyEntry, bool) {
 		return serviceKeyEntry{}, false
 	}
 	u, err := s.store.Users().Get(e.CreatedBy)
-	if err != nil {
+	if err != nil || u.CreatedAt.UnixNano() != e.CreatorCreated {
 		return serviceKeyEntry{}, false
 	}
 	role, err := s.projectRole(caller{name: u.Name, admin: u.Role == api.RoleAdmin}, e.Project)

@@ -20,7 +20,7 @@ import (
 // model endpoint. A listing never holds it, nor do the run's events. The
 // key survives the run being stopped and applied again under its name;
 // a revoke holds at the very next request; a key dies with its maker's
-// membership.
+// membership, and a new account of the maker's name does not revive it.
 func TestServiceKeysOpenOnlyTheirServiceAndDieOnRevoke(t *testing.T) {
 	ts := startServer(t, "")
 	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects", api.CreateProjectRequest{Name: "other"}, nil)
@@ -144,6 +144,13 @@ func TestServiceKeysOpenOnlyTheirServiceAndDieOnRevoke(t *testing.T) {
 	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/projects/main/members/owner", nil, nil)
 	if code, _ := ts.proxyGet("/proxy/services/main/svca/x", "Bearer "+k2.Key); code != http.StatusUnauthorized {
 		t.Errorf("a key whose maker left the project: %d, want 401", code)
+	}
+	// Nor does a namesake revive it: the account is deleted, one of the
+	// same name made and made a member again.
+	ts.must(http.StatusNoContent, ts.admin, "DELETE", "/api/v1/users/owner", nil, nil)
+	ts.userMember("owner")
+	if code, _ := ts.proxyGet("/proxy/services/main/svca/x", "Bearer "+k2.Key); code != http.StatusUnauthorized {
+		t.Errorf("a key whose maker's name belongs to a new account: %d, want 401", code)
 	}
 	ts.must(http.StatusNoContent, ts.admin, "DELETE", keys+"/"+k2.Name, nil, nil)
 }
