@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpud_gateway_in_flight_requests",
 			Help: "Requests being served now, open streams and WebSockets included, by service."}, labels),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpud_gateway_retries_total",
-			Help: "Requests sent to another replica because the first refused the connection, by service."}, labels),
+			Help: "Requests sent to another replica because the first refused the connection or closed it before answering a request that could be resent, by service."}, labels),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.inFlight, m.retries} {
 		if err := reg.Register(c); err != nil {
