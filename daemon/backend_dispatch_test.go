@@ -326,3 +326,34 @@ func TestBackendRunSurvivesAServerRestart(t *testing.T) {
 		return nil
 	})
 }
+
+// TestBackendCapacityServesOnlyItsProject attacks the capacity: a run of
+// another project, asking for exactly what main's backend offers and
+// naming it in backends, is refused at plan time (that project has no
+// such backend) and, without backends, waits: main's backend never runs
+// it, so its env and secrets never reach main's engine.
+func TestBackendCapacityServesOnlyItsProject(t *testing.T) {
+	ts := startBackendServer(t, 8)
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects", api.CreateProjectRequest{Name: "other"}, nil)
+	apply := func(yaml string) (int, string) {
+		code, e := ts.call(ts.admin, "POST", "/api/v1/projects/other/runs/apply", yamlApply(yaml), nil)
+		return code, e.Message + "\n" + strings.Join(e.Errors, "\n")
+	}
+	if code, msg := apply("type: task\nname: steal\nbackends: [test]\ncommands: [echo $SECRET]\nresources:\n  gpu: A100:1\n"); code != http.StatusUnprocessableEntity || !strings.Contains(msg, "no test backend is configured in project \"other\"") {
+		t.Fatalf("another project naming main's backend: %d %s", code, msg)
+	}
+	if code, msg := apply("type: task\nname: wait\ncommands: [echo hi]\nresources:\n  gpu: A100:1\n"); code != http.StatusCreated {
+		t.Fatalf("apply: %d %s", code, msg)
+	}
+	var r api.Run
+	testutil.Eventually(t, 30*time.Second, func() error {
+		ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/other/runs/wait", nil, &r)
+		if len(r.Jobs) == 0 || r.Jobs[0].Status != "submitted" || !strings.Contains(r.Jobs[0].Reason+r.Reason, "project") {
+			return fmt.Errorf("run of other: %s (%s), jobs %+v", r.Status, r.Reason, r.Jobs)
+		}
+		return nil
+	})
+	if gangs, err := ts.Backends("main")["lab"].List(context.Background()); err != nil || len(gangs) != 0 {
+		t.Fatalf("main's engine got %v (%v)", gangs, err)
+	}
+}
