@@ -30,6 +30,7 @@ func TestServiceKeysOpenOnlyTheirServiceAndDieOnRevoke(t *testing.T) {
 	svcA := serviceConfig(t, "svca", portA, "")
 	ts.must(http.StatusCreated, owner, "POST", "/api/v1/projects/main/runs/apply", yamlApply(svcA), nil)
 	ts.submit(serviceConfig(t, "svcb", freeLoopbackPort(t), ""))
+	ts.submit(serviceConfig(t, "open", freeLoopbackPort(t), "auth: false\n"))
 	ts.must(http.StatusCreated, outsider, "POST", "/api/v1/projects/other/runs/apply", yamlApply(serviceConfig(t, "svca", freeLoopbackPort(t), "")), nil)
 	serving := func(path, token string) {
 		t.Helper()
@@ -42,6 +43,7 @@ func TestServiceKeysOpenOnlyTheirServiceAndDieOnRevoke(t *testing.T) {
 	}
 	serving("/proxy/services/main/svca/ready", owner)
 	serving("/proxy/services/main/svcb/ready", owner)
+	serving("/proxy/services/main/open/ready", owner)
 	serving("/proxy/services/other/svca/ready", outsider)
 
 	keys := "/api/v1/projects/main/runs/svca/keys"
@@ -68,6 +70,7 @@ func TestServiceKeysOpenOnlyTheirServiceAndDieOnRevoke(t *testing.T) {
 	}{
 		{"its service, the key stripped", "/proxy/services/main/svca/x", http.StatusOK, "path=/x auth=\n"},
 		{"another service of the project", "/proxy/services/main/svcb/x", http.StatusUnauthorized, `"code":"unauthorized"`},
+		{"an open service: answers, and never sees the key", "/proxy/services/main/open/x", http.StatusOK, "path=/x auth=\n"},
 		{"a service of the same name in another project", "/proxy/services/other/svca/x", http.StatusUnauthorized, `"code":"unauthorized"`},
 		{"the API", "/api/v1/projects/main/runs", http.StatusUnauthorized, `"code":"unauthorized"`},
 		{"the model endpoint", "/proxy/models/main/v1/models", http.StatusUnauthorized, `unauthorized`},
