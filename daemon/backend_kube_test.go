@@ -121,6 +121,10 @@ func TestKubernetesBackendRunsATwoNodeTask(t *testing.T) {
 	}
 	ts.waitRun("mn", "done", "", 2*time.Minute)
 	testutil.Eventually(t, time.Minute, func() error { return gangLeft(c) })
+	// Each job's output came through the pod log API into the run's logs.
+	if logs := ts.logText("mn"); strings.Count(logs, kubetest.SharedLogLines[0]) != 2 {
+		t.Errorf("the run's logs (each pod's lines once): %q", logs)
+	}
 
 	ts.submit("type: task\nname: st\nimage: busybox\ncommands:\n  - sleep infinity\nresources:\n  gpu: H100:1\n")
 	ts.waitRun("st", "running", "", 2*time.Minute)

@@ -13,7 +13,8 @@ import (
 // Shared-cluster nodes: two KWOK nodes with 8 GPUs each.
 var SharedNodes = []GPUNode{{Name: "kwok-gpu-0", GPUs: 8}, {Name: "kwok-gpu-1", GPUs: 8}}
 
-// SharedLogLines are what every pod's log says in the shared cluster.
+// SharedLogLines are what every pod's log says (KWOK serves them through
+// the pod log API).
 var SharedLogLines = []string{"hello from kwok", "second line"}
 
 var shared struct {
@@ -42,12 +43,8 @@ func Need(t testing.TB) *Cluster {
 			return
 		}
 		shared.logsDir = dir
-		logs := filepath.Join(dir, "pod.log")
-		var data []byte
-		for _, l := range SharedLogLines {
-			data = fmt.Appendf(data, "%s stdout F %s\n", time.Now().UTC().Format(time.RFC3339Nano), l)
-		}
-		if err := os.WriteFile(logs, data, 0o644); err != nil {
+		logs, err := writeLogsFile(dir)
+		if err != nil {
 			shared.err = err
 			return
 		}
@@ -98,7 +95,11 @@ func StartT(t testing.TB, nodes ...GPUNode) *Cluster {
 		}
 		t.Fatalf("Kubernetes test cluster: %v", err)
 	}
-	c, err := Start(bins, Options{})
+	logs, err := writeLogsFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Start(bins, Options{LogsFile: logs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,4 +115,14 @@ func StartT(t testing.TB, nodes ...GPUNode) *Cluster {
 		}
 	}
 	return c
+}
+
+// writeLogsFile writes SharedLogLines as a CRI log file in dir.
+func writeLogsFile(dir string) (string, error) {
+	logs := filepath.Join(dir, "pod.log")
+	var data []byte
+	for _, l := range SharedLogLines {
+		data = fmt.Appendf(data, "%s stdout F %s\n", time.Now().UTC().Format(time.RFC3339Nano), l)
+	}
+	return logs, os.WriteFile(logs, data, 0o644)
 }
