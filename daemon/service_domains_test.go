@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
 )
 
 // TestServiceCustomDomainIsServedWithItsOwnCertificate: a service that
@@ -16,7 +19,8 @@ import (
 // declares gets no certificate. The plan refuses a hostname another
 // project's service, or another service of the project, declares, or one
 // under the server's domain or a gateway's; a gateway of another project
-// is refused a domain covering it.
+// is refused a domain covering it. Once the service ends, the name is no
+// longer served and another project may declare it.
 func TestServiceCustomDomainIsServedWithItsOwnCertificate(t *testing.T) {
 	ts := startServerWith(t, Options{Runtime: "process", Domain: "gpud.test", GatewayTLS: GatewayTLSInternal,
 		HTTPSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
@@ -59,4 +63,22 @@ func TestServiceCustomDomainIsServedWithItsOwnCertificate(t *testing.T) {
 
 	// The same run name applied again keeps its hostname.
 	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(serviceConfig(t, "web", freeLoopbackPort(t), "auth: false\ndomains: [api.example.test]\nenv: [V=2]\n")), nil)
+
+	// A name is held while its service is active: once web ends, the
+	// gateway no longer serves it there, and another project may take it.
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/web/stop", api.StopRunRequest{}, nil)
+	ts.waitRun("web", "terminated", "", 60*time.Second)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		resp, err := cl.Get("https://api.example.test/x")
+		if err != nil {
+			return nil // no handshake at all is fine too
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode == http.StatusOK || strings.Contains(string(b), "path=") {
+			return fmt.Errorf("a stopped service's name still answers: %d %q %v", resp.StatusCode, b, err)
+		}
+		return nil
+	})
+	ts.must(http.StatusCreated, outsider, "POST", "/api/v1/projects/other/runs/apply", yamlApply(serviceConfig(t, "web", freeLoopbackPort(t), "domains: [api.example.test]\n")), nil)
 }
