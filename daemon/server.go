@@ -192,6 +192,8 @@ type Server struct {
 	svc services
 	// routers is the SGLang router sync's memory (router_sync.go).
 	routers routerSyncs
+	// domains indexes services' own hostnames (service_domains.go).
+	domains domainIndex
 	// schedWake wakes the scheduler loop (buffer 1: wake-ups coalesce).
 	schedWake chan struct{}
 	// specs caches decoded run and job specs for hot reads.

@@ -47,11 +47,8 @@ type domainIndex struct {
 	hosts map[string]store.Record
 }
 
-var domainIndexes sync.Map // *Server -> *domainIndex
-
 func (s *Server) domainIndex() map[string]store.Record {
-	v, _ := domainIndexes.LoadOrStore(s, &domainIndex{})
-	ix := v.(*domainIndex)
+	ix := &s.domains
 	gen := s.gateway.hosts.gen.Load()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
