@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"gpud.dev/gpud/plugins"
 )
 
+var namespaces atomic.Int64
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	kubetest.StopShared()
@@ -28,7 +31,9 @@ func TestMain(m *testing.M) {
 func newBackend(t testing.TB, mutate ...func(*Config)) (*Backend, *kubetest.Cluster) {
 	t.Helper()
 	c := kubetest.Need(t)
-	ns := dnsLabel("t-", strings.ToLower(t.Name()), 40)
+	// A namespace per call: the shared cluster outlives a test (-count),
+	// and no controller manager deletes namespaces here.
+	ns := dnsLabel("t-", fmt.Sprintf("%s-%d", strings.ToLower(t.Name()), namespaces.Add(1)), 40)
 	cfg := Config{Kubeconfig: c.Kubeconfig, Namespace: ns}
 	for _, f := range mutate {
 		f(&cfg)
