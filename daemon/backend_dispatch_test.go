@@ -29,8 +29,16 @@ type backendServer struct {
 
 func startBackendServer(t *testing.T, gpus int) backendServer {
 	t.Helper()
+	return startBackendServerWith(t, gpus, Options{NoLocalAgent: true})
+}
+
+// startBackendServerWith is startBackendServer with opts (a local agent
+// with fake GPUs, say).
+func startBackendServerWith(t *testing.T, gpus int, opts Options) backendServer {
+	t.Helper()
 	fx := newBackendFixture(t)
-	ts := startServerWith(t, Options{NoLocalAgent: true, PluginDir: fx.pluginDir})
+	opts.PluginDir = fx.pluginDir
+	ts := startServerWith(t, opts)
 	bs := backendServer{testServer: ts, fx: fx, stateDir: filepath.Join(fx.work, "engine")}
 	cfg, err := json.Marshal(map[string]any{"kubeconfig": fx.kubeconfig, "state_dir": bs.stateDir, "token": "t0k",
 		"offers": []api.Offer{{Instance: "a100x8", Resources: api.InstanceResources{GPUs: float64(gpus), GPUName: "A100", GPUMemory: 80 << 30, CPUs: 64, Memory: 512 << 30}, Price: 12}}})
@@ -355,5 +363,24 @@ func TestBackendCapacityServesOnlyItsProject(t *testing.T) {
 	})
 	if gangs, err := ts.Backends("main")["lab"].List(context.Background()); err != nil || len(gangs) != 0 {
 		t.Fatalf("main's engine got %v (%v)", gangs, err)
+	}
+}
+
+// TestBackendIsUsedWhereNoHostHasTheResources: with the server's own host
+// (two fake A100s, the process runtime) and the backend (eight A100s), a
+// run asking for one GPU runs on the host, and one asking for four, which
+// no host has, runs through the backend.
+func TestBackendIsUsedWhereNoHostHasTheResources(t *testing.T) {
+	ts := startBackendServerWith(t, 8, Options{FakeGPUs: "2xA100:80GB", Runtime: "process"})
+	ts.submit("type: task\nname: small\ncommands: [sleep 300]\nresources:\n  gpu: A100:1\n")
+	ts.submit("type: task\nname: large\ncommands: [sleep 300]\nresources:\n  gpu: A100:4\n")
+	for name, onBackend := range map[string]bool{"small": false, "large": true} {
+		r := ts.waitRun(name, "running", "", time.Minute)
+		if got := strings.HasPrefix(r.Jobs[0].Instance, "backend:"); got != onBackend {
+			t.Errorf("%s runs on %s", name, r.Jobs[0].Instance)
+		}
+	}
+	for _, n := range []string{"small", "large"} {
+		ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/"+n+"/stop", api.StopRunRequest{Abort: true}, nil)
 	}
 }
