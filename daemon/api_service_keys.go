@@ -147,6 +147,9 @@ func (s *runsAPI) handleListServiceKeys(w http.ResponseWriter, r *http.Request) 
 	if err != nil {
 		return err
 	}
+	if kr.id == "" && len(es) == 0 {
+		return notFound("run", kr.name) // a typo, not a service without keys
+	}
 	sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
 	out := []api.ServiceKey{}
 	for _, e := range es {

@@ -100,6 +100,9 @@ func TestServiceKeysOpenOnlyTheirServiceAndDieOnRevoke(t *testing.T) {
 			t.Fatalf("the key list holds the key: %s", raw)
 		}
 	}
+	if code, _ := ts.call(owner, "GET", "/api/v1/projects/main/runs/nosuch/keys", nil, nil); code != http.StatusNotFound {
+		t.Errorf("the keys of a run that never was: %d, want 404", code)
+	}
 	resp := ts.rawGet("/api/v1/projects/main/events", "Bearer "+ts.admin)
 	events, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
