@@ -225,9 +225,36 @@ func (s *Server) backendNodes(ctx context.Context, e *backendEntry) ([]sched.Nod
 		for d := range int(r.GPUs) {
 			n.Devices = append(n.Devices, sched.Device{Index: d, Name: gpuModel(r.GPUName), Memory: int64(r.GPUMemory)})
 		}
+		s.addBackHeld(&n, r)
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// addBackHeld adds to node n what gpud's started jobs bound to it hold:
+// an offer is what the backend can give now, and its engine already counts
+// the workloads of those jobs as used, while gpud's scheduler holds their
+// requests on n itself. Offer plus held is then n's capacity, so the jobs
+// are not counted twice. (The engine may have placed them on other
+// machines than the offer's: the backend's total is right, a node's shape
+// is an estimate.)
+func (s *Server) addBackHeld(n *sched.Node, r api.InstanceResources) {
+	for _, j := range s.store.Jobs().ByInstance(n.Name) {
+		switch j.Status {
+		case store.JobPulling, store.JobRunning, store.JobTerminating:
+		default:
+			continue // not started on the engine yet, or ended
+		}
+		js, err := s.jobSpec(j)
+		if err != nil {
+			continue // logged once by jobSpec
+		}
+		n.CPU += js.Request.CPU
+		n.Memory += js.Request.Memory
+		for range js.Devices {
+			n.Devices = append(n.Devices, sched.Device{Index: len(n.Devices), Name: gpuModel(r.GPUName), Memory: int64(r.GPUMemory)})
+		}
+	}
 }
 
 // offerKey names an offer within its backend: its instance type and

@@ -15,6 +15,7 @@ import (
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
+	"gpud.dev/gpud/plugins"
 )
 
 // backendServer is a server without hosts whose project main has the
@@ -261,6 +262,25 @@ func TestBackendCapacityFollowsTheQueues(t *testing.T) {
 		}
 		return nil
 	})
+	// The backend now offers no GPU (its running jobs hold both); the
+	// capacity adds back what gpud's own jobs hold, so it stays two GPUs
+	// and nothing is counted twice: a2 still waits.
+	offers, err := ts.Backends("main")["lab"].Offers(context.Background(), plugins.OfferQuery{})
+	if err != nil || len(offers) != 1 || offers[0].Resources.GPUs != 0 {
+		t.Fatalf("the backend's offers with both GPUs held: %+v %v", offers, err)
+	}
+	ts.refreshBackendCapacity(context.Background(), true)
+	devices := 0
+	for _, n := range ts.backendCapacityNodes() {
+		devices += len(n.Devices)
+	}
+	if devices != 2 {
+		t.Fatalf("capacity after a refresh: %d GPUs, want 2", devices)
+	}
+	ts.cycleNow()
+	if a1, a2 := ts.getRun("a1").Status, ts.getRun("a2").Status; (a1 == "running") == (a2 == "running") {
+		t.Fatalf("after the refresh: a1 is %s and a2 is %s, want one running", a1, a2)
+	}
 	for _, n := range []string{"a1", "a2", "b1"} {
 		ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/"+n+"/stop", api.StopRunRequest{Abort: true}, nil)
 	}

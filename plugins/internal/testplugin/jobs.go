@@ -40,6 +40,9 @@ type gangJob struct {
 	ID       string    `json:"id"`
 	Commands bool      `json:"commands,omitempty"`
 	Started  time.Time `json:"started"`
+	// GPUs is how many GPUs the job holds while it runs: the offers give
+	// what is left, as a Kubernetes cluster's do.
+	GPUs int `json:"gpus,omitempty"`
 }
 
 func safeName(id string) string { return strings.ReplaceAll(id, "/", "_") }
@@ -80,7 +83,7 @@ func (b *backend) StartGang(_ context.Context, g plugins.Gang) error {
 	gf := gangFile{ID: g.ID}
 	var pids []int
 	for _, j := range g.Jobs {
-		gj := gangJob{ID: j.ID, Started: time.Now().UTC(), Commands: len(j.Commands) > 0}
+		gj := gangJob{ID: j.ID, Started: time.Now().UTC(), Commands: len(j.Commands) > 0, GPUs: len(j.GPUs.Devices)}
 		if gj.Commands {
 			pid, err := b.startJob(dir, j)
 			if err != nil {
@@ -326,4 +329,25 @@ func (b *backend) Logs(ctx context.Context, job string, follow bool, emit func(a
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// heldGPUs is how many GPUs the engine's unfinished jobs hold.
+func (b *backend) heldGPUs() float64 {
+	gangs, err := b.List(context.Background())
+	if err != nil {
+		return 0
+	}
+	held := 0
+	for _, id := range gangs {
+		g, err := b.readGang(id)
+		if err != nil || g == nil {
+			continue
+		}
+		for _, j := range g.Jobs {
+			if !b.jobState(id, j).State.Finished() {
+				held += j.GPUs
+			}
+		}
+	}
+	return float64(held)
 }

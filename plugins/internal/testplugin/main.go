@@ -102,9 +102,16 @@ func (b *backend) Check(context.Context) error {
 	return os.MkdirAll(b.cfg.StateDir, 0o700)
 }
 
+// Offers are the configured ones less the GPUs the engine's running jobs
+// hold, taken from the first offer of their size or more: what the
+// backend can give now.
 func (b *backend) Offers(_ context.Context, q plugins.OfferQuery) ([]api.Offer, error) {
 	var out []api.Offer
+	held := b.heldGPUs()
 	for _, o := range b.cfg.Offers {
+		if held > 0 && o.Resources.GPUs >= held {
+			o.Resources.GPUs, held = o.Resources.GPUs-held, 0
+		}
 		if (q.GPUName == "" || strings.EqualFold(q.GPUName, o.Resources.GPUName)) && float64(q.GPUs) <= o.Resources.GPUs {
 			o.Region = b.cfg.Region
 			o.Available = "available"
