@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Config is a Kubernetes backend's configuration (a project's
@@ -186,6 +187,9 @@ func (c Config) restConfig() (*rest.Config, error) {
 		if loadErr != nil {
 			return nil, fmt.Errorf("kubernetes backend: kubeconfig_data is not a kubeconfig: %w", loadErr)
 		}
+		if err := selfContained(raw); err != nil {
+			return nil, err
+		}
 		rc, err = clientcmd.NewNonInteractiveClientConfig(*raw, c.Context, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes backend: kubeconfig_data: %w", err)
@@ -208,4 +212,29 @@ func (c Config) clientset() (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes backend: %w", err)
 	}
 	return cs, nil
+}
+
+// selfContained refuses what in an inline kubeconfig would act on the
+// server's host: an exec credential plugin or auth provider (a command
+// the plugin would run) and paths of files (tokens, keys, CAs) it would
+// read with the server's rights. Whoever may give kubeconfig_data (a
+// project admin) gives credentials inline instead; a kubeconfig path,
+// which only a global admin names, may use them.
+func selfContained(cfg *clientcmdapi.Config) error {
+	for name, a := range cfg.AuthInfos {
+		switch {
+		case a.Exec != nil:
+			return fmt.Errorf("kubernetes backend: kubeconfig_data: user %q runs an exec credential plugin (%s): inline kubeconfigs must carry their credentials (token, client-certificate-data); a global admin may name a kubeconfig file instead", name, a.Exec.Command)
+		case a.AuthProvider != nil:
+			return fmt.Errorf("kubernetes backend: kubeconfig_data: user %q uses the auth provider %q: inline kubeconfigs must carry their credentials (token, client-certificate-data)", name, a.AuthProvider.Name)
+		case a.TokenFile != "" || a.ClientCertificate != "" || a.ClientKey != "":
+			return fmt.Errorf("kubernetes backend: kubeconfig_data: user %q names files on the server's host (tokenFile, client-certificate, client-key): use token, client-certificate-data and client-key-data", name)
+		}
+	}
+	for name, cl := range cfg.Clusters {
+		if cl.CertificateAuthority != "" {
+			return fmt.Errorf("kubernetes backend: kubeconfig_data: cluster %q names a file on the server's host (certificate-authority): use certificate-authority-data", name)
+		}
+	}
+	return nil
 }
