@@ -218,8 +218,19 @@ func TestBackendRunSurvivesAPluginCrash(t *testing.T) {
 	if r := ts.getRun("crash"); r.Status != "running" {
 		t.Fatalf("after the plugin's restart the run is %s (%s)", r.Status, r.Reason)
 	}
+	// gpud logs -f follows the job through the backend to its end.
+	followed := make(chan []api.LogEntry, 1)
+	go func() { followed <- ts.getLogs("crash", "follow=true") }()
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case entries := <-followed:
+		if len(entries) == 0 || entries[len(entries)-1].Line != "after" {
+			t.Fatalf("followed logs end with %+v", entries)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the followed logs did not end with the job")
 	}
 	r := ts.waitRun("crash", "done", "", time.Minute)
 	if j := r.Jobs[0]; j.ExitCode == nil || *j.ExitCode != 0 {
