@@ -30,6 +30,13 @@ import (
 // two in step, and with k8s.io/client-go's v0.Y.Z in go.mod).
 const K8sVersion = "v1.37.2"
 
+// LimitedUser is a user of the cluster in no group; LimitedToken is its
+// bearer token.
+const (
+	LimitedUser  = "gpud-backend"
+	LimitedToken = "kubetest-limited-token"
+)
+
 // Binaries are the programs a cluster runs.
 type Binaries struct {
 	Etcd, APIServer, Kwok string
@@ -78,6 +85,9 @@ func FindBinaries() (Binaries, error) {
 type Cluster struct {
 	// Kubeconfig is an admin kubeconfig file (token auth, CA pinned).
 	Kubeconfig string
+	// LimitedKubeconfig authenticates as LimitedUser, who has no rights
+	// until a test binds some (RBAC).
+	LimitedKubeconfig string
 	// Client is an admin client.
 	Client kubernetes.Interface
 	// Host is the API server's URL.
@@ -222,7 +232,7 @@ func Start(bins Binaries, opts Options) (_ *Cluster, err error) {
 	}
 	token := "kubetest-admin-token"
 	tokens := filepath.Join(dir, "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(token+",admin,admin,system:masters\n"+LimitedToken+","+LimitedUser+","+LimitedUser+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	c.Host = "https://127.0.0.1:" + strconv.Itoa(apiPort)
@@ -264,6 +274,10 @@ func Start(bins Binaries, opts Options) (_ *Cluster, err error) {
 	}
 	c.Kubeconfig = filepath.Join(dir, "admin.kubeconfig")
 	if err := writeKubeconfig(c.Kubeconfig, c.Host, p.caPEM, token); err != nil {
+		return nil, err
+	}
+	c.LimitedKubeconfig = filepath.Join(dir, "limited.kubeconfig")
+	if err := writeKubeconfig(c.LimitedKubeconfig, c.Host, p.caPEM, LimitedToken); err != nil {
 		return nil, err
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
