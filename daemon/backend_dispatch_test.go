@@ -28,14 +28,14 @@ type backendServer struct {
 	stateDir string
 }
 
-func startBackendServer(t *testing.T, gpus int) backendServer {
+func startBackendServer(t testing.TB, gpus int) backendServer {
 	t.Helper()
 	return startBackendServerWith(t, gpus, Options{NoLocalAgent: true})
 }
 
 // startBackendServerWith is startBackendServer with opts (a local agent
 // with fake GPUs, say).
-func startBackendServerWith(t *testing.T, gpus int, opts Options) backendServer {
+func startBackendServerWith(t testing.TB, gpus int, opts Options) backendServer {
 	t.Helper()
 	fx := newBackendFixture(t)
 	opts.PluginDir = fx.pluginDir
@@ -414,4 +414,26 @@ func TestBackendIsUsedWhereNoHostHasTheResources(t *testing.T) {
 	for _, n := range []string{"small", "large"} {
 		ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/"+n+"/stop", api.StopRunRequest{Abort: true}, nil)
 	}
+}
+
+// BenchmarkBackendGangToRunning measures a 16-node task through the server
+// and the external test plugin, from submit to the run running: a
+// scheduling cycle, one StartGang of 16 local processes and the first
+// status poll. Each run is stopped (outside the timer) before the next.
+func BenchmarkBackendGangToRunning(b *testing.B) {
+	ts := startBackendServer(b, 16)
+	var total time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		name := fmt.Sprintf("g%d", i)
+		start := time.Now()
+		ts.submit("type: task\nname: " + name + "\nnodes: 16\ncommands: [sleep 300]\nresources:\n  gpu: A100:1\n")
+		ts.waitRun(name, "running", "", time.Minute)
+		total += time.Since(start)
+		b.StopTimer()
+		ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/"+name+"/stop", api.StopRunRequest{Abort: true}, nil)
+		ts.waitRun(name, "terminated", "", time.Minute)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/gang")
 }

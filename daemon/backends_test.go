@@ -25,7 +25,7 @@ type backendFixture struct {
 	pluginDir, work, kubeconfig string
 }
 
-func newBackendFixture(t *testing.T) backendFixture {
+func newBackendFixture(t testing.TB) backendFixture {
 	t.Helper()
 	f := backendFixture{pluginDir: t.TempDir(), work: t.TempDir()}
 	if err := os.Chmod(f.pluginDir, 0o755); err != nil {
