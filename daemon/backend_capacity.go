@@ -46,8 +46,8 @@ type backendCapacity struct {
 	mu sync.Mutex
 	// nodes holds each backend's nodes, by backend record id.
 	nodes map[string][]sched.Node
-	// seen is the set of backends the nodes were built from (their ids
-	// and plugin supervisors): a change refreshes at once.
+	// seen is the set of backends the nodes were built from (their ids,
+	// plugin supervisors and processes): a change refreshes at once.
 	seen string
 }
 
@@ -114,7 +114,8 @@ func (s *Server) backendsFingerprint() (string, map[string]*backendEntry) {
 	s.backends.mu.Unlock()
 	var b strings.Builder
 	for _, id := range slices.Sorted(maps.Keys(entries)) {
-		fmt.Fprintf(&b, "%s=%p;", id, entries[id].sup)
+		// A restarted plugin (another pid) is asked again too.
+		fmt.Fprintf(&b, "%s=%p/%d;", id, entries[id].sup, entries[id].sup.State().Pid)
 	}
 	return b.String(), entries
 }
