@@ -333,8 +333,12 @@ func backendNodeMatches(n sched.Node, project string, p runPlacement, needs []ho
 	if len(p.Backends) > 0 && !slices.Contains(p.Backends, n.Labels[backendTypeLabel]) && !slices.Contains(p.Backends, strings.ToLower(n.Labels[backendNameLabel])) {
 		return false
 	}
+	vendor := "nvidia"
+	if len(n.Devices) > 0 && strings.HasPrefix(n.Devices[0].Name, "MI") {
+		vendor = "amd" // Instinct MI300X...: offers name models, not vendors
+	}
 	for _, h := range needs {
-		if h.Arch != "" || (h.Vendor != "" && !strings.EqualFold(h.Vendor, "nvidia")) || h.ComputeCapability != "" || h.DiskMin > 0 ||
+		if h.Arch != "" || (h.Vendor != "" && !strings.EqualFold(h.Vendor, vendor)) || h.ComputeCapability != "" || h.DiskMin > 0 ||
 			h.Privileged || h.Volumes != "" || h.Remap || h.Hosts != "" || h.Backends != "" {
 			return false
 		}
