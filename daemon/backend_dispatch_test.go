@@ -308,6 +308,7 @@ func TestBackendFieldsAreRefusedByName(t *testing.T) {
 		{"volumes: [/data:/data]\n", "volumes"},
 		{"ports: [8080]\n", "ports"},
 		{"resources:\n  shm_size: 1GB\n", "shm_size"},
+		{"nodes: 1..2\n", "nodes"},
 	} {
 		code, e := ts.call(ts.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(fmt.Sprintf("type: task\nname: r%d\ncommands: [true]\n", i)+c.yaml), nil)
 		msg := e.Message + "\n" + strings.Join(e.Errors, "\n")

@@ -49,7 +49,10 @@ var runRules = fieldRules{
 	"schedule":           {Subtree: true, Proof: []string{"daemon.TestCronScheduleResubmitsAtEachTick"}},
 
 	// Tasks.
-	"task:nodes": {Proof: []string{"daemon.TestSSHClusterRunsATwoNodeTaskWhoseNodesReachEachOther"}},
+	"task:nodes": {Proof: []string{"daemon.TestSSHClusterRunsATwoNodeTaskWhoseNodesReachEachOther"},
+		Refuse: map[fieldTarget]refusal{targetBackend: {Why: "an elastic gang (nodes: MIN..MAX) grows node by node, and a job backend starts a gang's jobs once, all together",
+			Instead: "give nodes one number to run on a job backend, or run on the project's hosts"}},
+		RefuseWhen: func(fc *fieldCheck, _ string) bool { return fc.cfg.Task != nil && fc.cfg.Task.Elastic() }},
 	"task:startup_order": {Proof: []string{"daemon.TestStartupOrderStartsTheFirstNodesFirst"},
 		Refuse: map[fieldTarget]refusal{targetBackend: {Why: "a job backend starts a gang's jobs all at once, with one StartGang", Instead: "run on the project's hosts, or drop startup_order and let the workers wait for the master"}}},
 	"task:stop_criteria": {Proof: []string{"daemon.TestStopCriteriaMasterDoneStopsTheWorkers"}},
