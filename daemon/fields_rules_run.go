@@ -45,8 +45,9 @@ var runRules = fieldRules{
 	"queue":       {Proof: []string{"daemon.TestQueuesShareAndReclaimThroughTheAPI"}},
 	"preemptible": {Proof: []string{"daemon.TestQueueWithOnlyAGPUQuotaAdmitsNonPreemptibleRuns"}},
 
-	"utilization_policy": {Subtree: true, Proof: []string{"daemon.TestUtilizationPolicyStopsARunWithIdleGPUs"}},
-	"schedule":           {Subtree: true, Proof: []string{"daemon.TestCronScheduleResubmitsAtEachTick"}},
+	"utilization_policy": {Subtree: true, Proof: []string{"daemon.TestUtilizationPolicyStopsARunWithIdleGPUs"},
+		Refuse: map[fieldTarget]refusal{targetBackend: refuseHostOnlyOnBackend("GPU utilization is sampled by gpud's agent on the host", "drop utilization_policy")}},
+	"schedule": {Subtree: true, Proof: []string{"daemon.TestCronScheduleResubmitsAtEachTick"}},
 
 	// Tasks.
 	"task:nodes": {Proof: []string{"daemon.TestSSHClusterRunsATwoNodeTaskWhoseNodesReachEachOther"},
