@@ -223,6 +223,7 @@ func (s *Server) backendNodes(ctx context.Context, e *backendEntry) ([]sched.Nod
 				"fleet": backendNodePrefix + e.project + "/" + e.name, projectLabel: e.project,
 				runtimeLabel: "docker", backendLabel: jobBackendLabel, backendTypeLabel: strings.ToLower(info.Type), backendNameLabel: e.name,
 			}}
+		featureLabels(n.Labels, info)
 		for d := range int(r.GPUs) {
 			n.Devices = append(n.Devices, sched.Device{Index: d, Name: gpuModel(r.GPUName), Memory: int64(r.GPUMemory)})
 		}
@@ -339,7 +340,7 @@ func backendNodeMatches(n sched.Node, project string, p runPlacement, needs []ho
 	}
 	for _, h := range needs {
 		if h.Arch != "" || (h.Vendor != "" && !strings.EqualFold(h.Vendor, vendor)) || h.ComputeCapability != "" || h.DiskMin > 0 ||
-			h.Privileged || h.Volumes != "" || h.Remap || h.Hosts != "" || h.Backends != "" {
+			(h.Privileged && !nodeHasFeature(n, plugins.FeaturePrivileged)) || h.Volumes != "" || h.Remap || h.Hosts != "" || h.Backends != "" {
 			return false
 		}
 	}

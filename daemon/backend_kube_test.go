@@ -25,6 +25,13 @@ import (
 // kube-apiserver with two 8-GPU KWOK nodes, namespace gpud.
 func kubeServer(t *testing.T) (*testServer, *kubetest.Cluster) {
 	t.Helper()
+	return kubeServerWith(t, nil)
+}
+
+// kubeServerWith is kubeServer with extra settings in the backend's
+// configuration (allow_privileged...).
+func kubeServerWith(t *testing.T, extra map[string]any) (*testServer, *kubetest.Cluster) {
+	t.Helper()
 	c := kubetest.StartT(t)
 	bin := os.Getenv(testutil.StaticGpudEnv)
 	if bin == "" {
@@ -34,7 +41,11 @@ func kubeServer(t *testing.T) (*testServer, *kubetest.Cluster) {
 		}
 	}
 	ts := startServerWith(t, Options{NoLocalAgent: true, BuiltinBackends: []string{"kubernetes"}, PluginCommand: []string{bin, "plugin", "serve"}})
-	cfg, err := json.Marshal(map[string]any{"kubeconfig": c.Kubeconfig, "namespace": "gpud"})
+	settings := map[string]any{"kubeconfig": c.Kubeconfig, "namespace": "gpud"}
+	for k, v := range extra {
+		settings[k] = v
+	}
+	cfg, err := json.Marshal(settings)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,10 @@ func runtimeTarget(t fieldTarget) bool { return t == targetProcess || t == targe
 type refusal struct {
 	Why     string
 	Instead string
+	// Unless, on the backend target, names the feature (plugins.Feature*)
+	// that lifts the refusal on the job backends that advertise it
+	// (backend_features.go).
+	Unless string
 }
 
 // fieldRule is what gpud does with one configuration field.
@@ -156,6 +160,8 @@ type fieldCheck struct {
 	// jobBackends: the project has job backend capacity (a task may run
 	// there: the Docker runtime and the backend target).
 	jobBackends bool
+	// backends are the project's job backends (when jobBackends).
+	backends []jobBackendView
 }
 
 // runTargets is what the honoured fields leave of the runtimes and host
@@ -163,6 +169,9 @@ type fieldCheck struct {
 type runTargets struct {
 	Runtimes []string `json:"runtimes,omitempty"` // runtime labels: docker, process, docker+process
 	Backends []string `json:"backends,omitempty"` // instance backends: local, ssh, registration, remote
+	// Features are the job backend features the run needs where it runs
+	// on a job backend (backend_features.go).
+	Features []string `json:"features,omitempty"`
 }
 
 // selector is the scheduler's view of t: the nodes whose labels allow it.
@@ -173,6 +182,9 @@ func (t runTargets) selector() []sched.NodeSelector {
 	}
 	if len(t.Backends) > 0 {
 		out = append(out, sched.NodeSelector{Key: backendLabel, Values: t.Backends})
+	}
+	for _, f := range t.Features {
+		out = append(out, featureSelector(f))
 	}
 	return out
 }
@@ -229,10 +241,14 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 	fc := &fieldCheck{srv: s, project: project, cfg: cfg, run: cfg.Run()}
 	fc.image = fc.run.Image != "" || fc.run.Docker || (!s.opts.Embedded && s.opts.DefaultImage != "")
 	fc.hosts = s.candidateHosts(project)
-	fc.jobBackends = fc.run.Type == api.KindTask && len(s.jobBackendTypes(project)) > 0
+	if fc.run.Type == api.KindTask {
+		fc.backends = s.jobBackendViews(project)
+		fc.jobBackends = len(fc.backends) > 0
+	}
 	var v fieldVerdict
 	var errs api.ErrorList
 	refused := map[fieldTarget][]string{} // target -> the fields that exclude it
+	need := map[string][]string{}         // backend feature -> the fields that need it
 	why := map[string]refusal{}           // "field/target" -> the reason
 	var done []string                     // fields refused whole: their children are covered
 	for _, p := range api.SetFields(cfg) {
@@ -260,6 +276,13 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 		}
 		for _, t := range slices.Sorted(maps.Keys(r.Refuse)) {
 			if !slices.Contains(refused[t], p) && (r.RefuseWhen == nil || r.RefuseWhen(fc, p)) {
+				if f := r.Refuse[t].Unless; t == targetBackend && f != "" {
+					if !slices.Contains(need[f], p) {
+						need[f] = append(need[f], p)
+					}
+					why[p+"/"+string(t)] = r.Refuse[t]
+					continue
+				}
 				refused[t] = append(refused[t], p)
 				why[p+"/"+string(t)] = r.Refuse[t]
 			}
@@ -274,10 +297,11 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 		return v, byLine(errs)
 	}
 	v.targets = allowedTargets(refused, fc.image)
+	v.targets.Features = slices.Sorted(maps.Keys(need))
 	if n := processNote(fc); n != "" {
 		v.notes = append(v.notes, n)
 	}
-	if (len(fc.hosts) == 0 && !fc.jobBackends) || len(refused) == 0 {
+	if (len(fc.hosts) == 0 && !fc.jobBackends) || (len(refused) == 0 && len(need) == 0) {
 		return v, nil
 	}
 	// Some targets are excluded: refuse a run that no host (or job
@@ -290,8 +314,15 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 		kinds = append(kinds, [2]fieldTarget{targetDocker, targetBackend})
 	}
 	for _, k := range kinds {
-		if len(refused[k[0]]) == 0 && len(refused[k[1]]) == 0 {
+		if len(refused[k[0]]) == 0 && len(refused[k[1]]) == 0 && (k[1] != targetBackend || len(need) == 0) {
 			return v, nil
+		}
+	}
+	if fc.jobBackends && len(refused[targetDocker]) == 0 && len(refused[targetBackend]) == 0 {
+		for _, b := range fc.backends {
+			if lacking, _ := b.lacks(need); len(lacking) == 0 {
+				return v, nil
+			}
 		}
 	}
 	seen := map[string]bool{}
@@ -302,6 +333,14 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 					seen[p+"/"+string(t)] = true
 					errs = append(errs, refusedError(cfg, p, targetName(t), why[p+"/"+string(t)]))
 				}
+			}
+		}
+	}
+	if fc.jobBackends {
+		for _, b := range fc.backends {
+			lacking, feature := b.lacks(need)
+			for _, p := range lacking {
+				errs = append(errs, refusedError(cfg, p, b.where(feature[p]), why[p+"/"+string(targetBackend)]))
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/plugins"
 )
 
 // containerRules are the fields that say what the job runs in and as
@@ -23,9 +24,9 @@ var containerRules = fieldRules{
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "Docker-in-Docker needs a privileged container", Instead: "run on a host with Docker whose admin allows privileged jobs"},
 			targetBackend: {Why: "Docker-in-Docker needs a privileged container, and gpud does not make a job backend's workloads privileged", Instead: "run on a host with Docker whose admin allows privileged jobs"}}},
 	"dstack": {All: &refusal{Why: "the gpud CLI is not mounted into jobs", Instead: "drop dstack"}},
-	"privileged": {Proof: []string{"daemon.TestPrivilegedRunsOnlyWhereTheHostsAdminAllowsIt", "daemon.TestRegisteredHostsRunPrivilegedJobsOnlyWithAllowPrivileged"}, Check: checkPrivileged,
+	"privileged": {Proof: []string{"daemon.TestPrivilegedRunsOnlyWhereTheHostsAdminAllowsIt", "daemon.TestRegisteredHostsRunPrivilegedJobsOnlyWithAllowPrivileged", "daemon.TestKubernetesBackendHonoursShmSizeAndPrivilegedWhereAdvertised"}, Check: checkPrivileged,
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "a process job cannot be privileged", Instead: "run on a host with Docker whose admin allows privileged jobs"},
-			targetBackend: {Why: "gpud does not make a job backend's workloads (pods, batch jobs) privileged", Instead: "run on a host with Docker whose admin allows privileged jobs"}}},
+			targetBackend: {Why: "a job backend runs privileged workloads only where it advertises privileged (Kubernetes: allow_privileged: true in the backend's configuration)", Instead: "run on a host with Docker whose admin allows privileged jobs, or on a backend that allows them", Unless: plugins.FeaturePrivileged}}},
 	"user": {Proof: []string{"daemon.TestDockerJobsRunAsTheirUserInTheirWorkingDirWithTheirShm"},
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "the process runtime runs every job as the user its admin chose", Instead: "run on a host with Docker, or drop user"}}},
 	"entrypoint": {Proof: []string{"daemon.TestEntrypointTakesTheCommandsAsItsArguments"}, Check: checkEntrypoint,
@@ -33,9 +34,9 @@ var containerRules = fieldRules{
 	"dev-environment:entrypoint": {All: &refusal{Why: "a dev environment runs its IDE and init, not an entrypoint (as on dstack)", Instead: "drop entrypoint and use init"}},
 	"working_dir": {Proof: []string{"daemon.TestDockerJobsRunAsTheirUserInTheirWorkingDirWithTheirShm", "daemon.TestProcessJobsWorkingDirIsMadeInsideTheirOwnDirectory"},
 		Check: checkWorkingDir},
-	"resources.shm_size": {Proof: []string{"daemon.TestDockerJobsRunAsTheirUserInTheirWorkingDirWithTheirShm"},
+	"resources.shm_size": {Proof: []string{"daemon.TestDockerJobsRunAsTheirUserInTheirWorkingDirWithTheirShm", "daemon.TestKubernetesBackendHonoursShmSizeAndPrivilegedWhereAdvertised"},
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "processes share the host's /dev/shm", Instead: "run on a host with Docker, or drop shm_size"},
-			targetBackend: {Why: "gpud sizes /dev/shm on its own Docker runtime; a job backend's engine gives its workloads its own", Instead: "run on a host with Docker, or drop shm_size"}}},
+			targetBackend: {Why: "a job backend sizes /dev/shm only where it advertises shm_size (Kubernetes does: an emptyDir of medium Memory at /dev/shm)", Instead: "run on a host with Docker or a backend that sizes /dev/shm, or drop shm_size", Unless: plugins.FeatureShmSize}}},
 }
 
 // anyHost reports whether yes holds for a host the run may use (given
@@ -104,7 +105,7 @@ func checkDocker(fc *fieldCheck, path string) *refusal {
 // run may use allows privileged jobs: their agents refuse them unless the
 // host's admin started it with --allow-privileged.
 func checkPrivileged(fc *fieldCheck, _ string) *refusal {
-	if fc.anyHost(func(h candidateHost, rt fieldTarget) bool { return rt == targetDocker && h.info.AllowPrivileged }) {
+	if fc.backendSupports(plugins.FeaturePrivileged) || fc.anyHost(func(h candidateHost, rt fieldTarget) bool { return rt == targetDocker && h.info.AllowPrivileged }) {
 		return nil
 	}
 	return &refusal{Why: "a privileged container is root on its host, and no Docker host this run may use allows privileged jobs",

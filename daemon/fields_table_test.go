@@ -34,7 +34,8 @@ func fieldTable() string {
 	}
 	b.WriteString("\nyes: the field takes effect there; no: the plan refuses it there (a run that sets it is kept off such\n" +
 		"hosts, and refused when none is left); yes¹: some values are refused everywhere (the reason says which);\n" +
-		"no²: some values are refused there (the reason says which), the others take effect.\n")
+		"no²: some values are refused there (the reason says which), the others take effect;\n" +
+		"no³: refused on the job backends that do not advertise the feature the reason names (docs/backends.md).\n")
 	b.WriteString(fieldTableEnd)
 	return b.String()
 }
@@ -91,6 +92,9 @@ func section(b *strings.Builder, title string, kind api.Kind, paths []string) {
 				cell = "no"
 				if r.RefuseWhen != nil && r.All == nil {
 					cell = "no²"
+				}
+				if rf := r.Refuse[t]; rf.Unless != "" && r.All == nil {
+					cell = "no³"
 				}
 			}
 			fmt.Fprintf(b, " %s |", cell)

@@ -78,6 +78,36 @@ type Info struct {
 	Volumes   bool `json:"volumes"`
 	// Version is the plugin's own version, for `gpud backend list`.
 	Version string `json:"version,omitempty"`
+	// Features are the job fields a job backend honours beyond what every
+	// one does (the Feature* constants): the server keeps a run that sets
+	// another field off the backend. The list is additive within one
+	// protocol version: an older plugin sends none, and honours none.
+	Features []string `json:"features,omitempty"`
+}
+
+// The features a job backend may advertise in Info.Features.
+const (
+	// FeaturePrivileged: privileged jobs (JobSpec.Privileged).
+	FeaturePrivileged = "privileged"
+	// FeatureShmSize: a sized /dev/shm (JobSpec.ShmSize).
+	FeatureShmSize = "shm_size"
+	// FeaturePorts: a job's ports are published and reachable (DialPort).
+	FeaturePorts = "ports"
+	// FeatureService: a service's replicas run there, published as a
+	// service (Gang.Service) and reached through DialPort.
+	FeatureService = "service"
+	// FeatureVolumes: instance volumes (host paths) are mounted.
+	FeatureVolumes = "volumes"
+)
+
+// Supports reports whether the backend advertises feature f.
+func (i Info) Supports(f string) bool {
+	for _, x := range i.Features {
+		if x == f {
+			return true
+		}
+	}
+	return false
 }
 
 // OfferQuery narrows offers; the zero value asks for all.

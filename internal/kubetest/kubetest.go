@@ -252,6 +252,9 @@ func Start(bins Binaries, opts Options) (_ *Cluster, err error) {
 		// accounts; the backend's pods mount no token anyway.
 		"--disable-admission-plugins=ServiceAccount",
 		"--enable-priority-and-fairness=false",
+		// As kubeadm's clusters do: privileged pods are the backend's
+		// choice (its allow_privileged), which the tests exercise.
+		"--allow-privileged=true",
 		// Debian's etcd 3.4 lacks the watch progress requests streaming
 		// lists need; with WatchList off the server tells clients (KWOK)
 		// to list and watch, instead of failing each watch while they

@@ -54,7 +54,18 @@ func (b *Backend) Namespace() string { return b.cfg.Namespace }
 
 // Info implements plugins.Backend.
 func (b *Backend) Info(context.Context) (plugins.Info, error) {
-	return plugins.Info{Type: "kubernetes", Protocol: plugins.ProtocolVersion, Jobs: true, Volumes: true, Version: Version}, nil
+	return plugins.Info{Type: "kubernetes", Protocol: plugins.ProtocolVersion, Jobs: true, Volumes: true, Version: Version, Features: b.features()}, nil
+}
+
+// features are the job fields this backend honours (plugins.Info):
+// shm_size always (an emptyDir of medium Memory at /dev/shm), privileged
+// only where the configuration allows it (allow_privileged).
+func (b *Backend) features() []string {
+	f := []string{plugins.FeatureShmSize}
+	if b.cfg.AllowPrivileged {
+		f = append(f, plugins.FeaturePrivileged)
+	}
+	return f
 }
 
 func (b *Backend) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
