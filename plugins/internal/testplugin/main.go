@@ -88,7 +88,10 @@ func newBackend(raw json.RawMessage, log zerolog.Logger) (plugins.Backend, error
 }
 
 func (b *backend) Info(context.Context) (plugins.Info, error) {
-	return plugins.Info{Type: "test", Protocol: plugins.ProtocolVersion, Jobs: true, Version: version}, nil
+	// Its jobs are processes of this machine: their ports are loopback
+	// ports, which DialPort reaches (dial.go), so it runs services.
+	return plugins.Info{Type: "test", Protocol: plugins.ProtocolVersion, Jobs: true, Version: version,
+		Features: []string{plugins.FeaturePorts, plugins.FeatureService}}, nil
 }
 
 func (b *backend) Check(context.Context) error {
