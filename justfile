@@ -18,7 +18,7 @@ bench:
 
 # The gateway side by side with Debian's nginx and caddy (docs/BENCHMARKS.md, issue 16).
 bench-gateway:
-    go test ./proxy -run '^$' -bench BenchmarkGatewayVsNginxCaddy -benchtime 5000x -count 3
+    go test ./proxy -run '^$' -bench BenchmarkGatewayVsNginxCaddy -benchtime 5000x -count 5
 
 # Long fuzzing runs: just fuzz 10m
 fuzz time="1m":

@@ -51,14 +51,18 @@ type benchTarget struct {
 //   - throughput: benchConcurrency clients, b.N requests per target;
 //     <target>-req/s and its -p50-µs, -p99-µs under that load.
 //
-// nginx or caddy missing: it is left out with a message. Run it with
+// Target "floor" is floorProxy (bench_floor_test.go), the least any Go
+// proxy on net/http's server does: gateway − floor is what the
+// gateway's own code adds. nginx or caddy missing: it is left out with a
+// message. Run it with
 // `just bench-gateway`; docs/BENCHMARKS.md has the figures.
 // GPUD_PROXY_BENCH_GATEWAY_PROCS sets the gateway process's GOMAXPROCS
 // (default: the machine's cores), GPUD_PROXY_BENCH_CPUPROFILE a file for
 // its CPU profile.
 func BenchmarkGatewayVsNginxCaddy(b *testing.B) {
 	backend := startBenchProcess(b, benchBackendEnv+"=1")
-	addrs := [][2]string{{"direct", backend}, {"gateway", startBenchProcess(b, benchGatewayEnv+"="+backend)}}
+	addrs := [][2]string{{"direct", backend}, {"gateway", startBenchProcess(b, benchGatewayEnv+"="+backend)},
+		{"floor", startBenchProcess(b, benchFloorEnv+"="+backend)}}
 	for _, start := range []struct {
 		name string
 		fn   func(testing.TB, string) (string, error)
@@ -224,7 +228,10 @@ func startBenchProcess(tb testing.TB, env string) string {
 }
 
 // startNginx runs Debian's nginx as a reverse proxy to backend, with
-// keep-alive upstream connections, and returns its address.
+// keep-alive upstream connections, one worker per core and no access
+// log, and returns its address. It sends the backend the X-Forwarded-*
+// headers, as the gateway and caddy do, so that the three do the same
+// work.
 func startNginx(tb testing.TB, backend string) (string, error) {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
@@ -258,6 +265,9 @@ http {
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_set_header Host $host;
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Host $host;
+      proxy_set_header X-Forwarded-Proto $scheme;
     }
   }
 }

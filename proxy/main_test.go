@@ -31,6 +31,8 @@ func TestMain(m *testing.M) {
 	switch {
 	case os.Getenv(benchBackendEnv) != "":
 		os.Exit(serveBench(benchBackend()))
+	case os.Getenv(benchFloorEnv) != "":
+		os.Exit(serveBench(floorProxy(os.Getenv(benchFloorEnv))))
 	case os.Getenv(benchGatewayEnv) != "":
 		h, err := New(newResolver(&Service{Project: "bench", Run: "svc", Hosts: []string{benchHost}, MinReplicas: 1,
 			Replicas: []Replica{{ID: "backend", Addr: os.Getenv(benchGatewayEnv)}}}), Options{})
