@@ -114,7 +114,7 @@ func (s *dispatcher) dispatchBackend(ctx context.Context, j store.Record) {
 // pulling and calls StartGang (idempotent on the gang id: a second call,
 // after a restart, is a no-op).
 func (s *dispatcher) startBackendGang(ctx context.Context, g backendGang, queue string) {
-	gang := plugins.Gang{ID: g.id, Project: g.project, Queue: queue}
+	gang := plugins.Gang{ID: g.id, Project: g.project, Queue: queue, Service: s.serviceGang(g)}
 	for _, m := range g.jobs {
 		spec, ok := s.buildBackendSpec(ctx, m)
 		if !ok {
@@ -261,6 +261,7 @@ func (s *dispatcher) pollOnce(ctx context.Context, g backendGang, missing map[st
 		if m.Status == store.JobTerminating && !st.State.Finished() {
 			continue // being stopped (stopBackendGang)
 		}
+		s.withSpecPorts(m, &st)
 		s.applyAgentStatus(ctx, st)
 		if st.State != api.JobPulling {
 			s.followBackendLogs(g.backend, m.ID)

@@ -299,7 +299,8 @@ func TestBackendCapacityFollowsTheQueues(t *testing.T) {
 
 // TestBackendFieldsAreRefusedByName: a field a job backend cannot honour
 // keeps the run off the backend, and where the backend is the only
-// capacity the plan refuses it naming the field and the backend; the
+// capacity the plan refuses it naming the field and the backend (by name
+// where the field depends on the backend's features); the
 // run's backends field selects the backend by type, and names no other.
 func TestBackendFieldsAreRefusedByName(t *testing.T) {
 	ts := startBackendServer(t, 8)
@@ -312,7 +313,7 @@ func TestBackendFieldsAreRefusedByName(t *testing.T) {
 	} {
 		code, e := ts.call(ts.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(fmt.Sprintf("type: task\nname: r%d\ncommands: [true]\n", i)+c.yaml), nil)
 		msg := e.Message + "\n" + strings.Join(e.Errors, "\n")
-		if code != http.StatusUnprocessableEntity || !strings.Contains(msg, c.field) || !strings.Contains(msg, "job backends") {
+		if code != http.StatusUnprocessableEntity || !strings.Contains(msg, c.field) || !strings.Contains(msg, "job backend") {
 			t.Errorf("%s: %d %v", c.field, code, e)
 		}
 	}

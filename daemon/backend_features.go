@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/plugins"
 	"gpud.dev/gpud/sched"
 )
@@ -98,4 +99,23 @@ func (v jobBackendView) lacks(need map[string][]string) (paths []string, feature
 // backendWhere names backend v, lacking feature f, in a refusal.
 func (v jobBackendView) where(f string) string {
 	return "the job backend " + v.name + " (" + v.typ + "), which does not advertise " + f
+}
+
+// runBackends are the job backends a run of kind may use: all for a
+// task, those that advertise service for a service, none for a dev
+// environment (its SSH and IDE go through gpud's agent).
+func runBackends(kind api.Kind, all []jobBackendView) []jobBackendView {
+	switch kind {
+	case api.KindTask:
+		return all
+	case api.KindService:
+		var out []jobBackendView
+		for _, v := range all {
+			if slices.Contains(v.features, plugins.FeatureService) {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	return nil
 }

@@ -241,10 +241,8 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 	fc := &fieldCheck{srv: s, project: project, cfg: cfg, run: cfg.Run()}
 	fc.image = fc.run.Image != "" || fc.run.Docker || (!s.opts.Embedded && s.opts.DefaultImage != "")
 	fc.hosts = s.candidateHosts(project)
-	if fc.run.Type == api.KindTask {
-		fc.backends = s.jobBackendViews(project)
-		fc.jobBackends = len(fc.backends) > 0
-	}
+	fc.backends = runBackends(fc.run.Type, s.jobBackendViews(project)) // backend_features.go
+	fc.jobBackends = len(fc.backends) > 0
 	var v fieldVerdict
 	var errs api.ErrorList
 	refused := map[fieldTarget][]string{} // target -> the fields that exclude it

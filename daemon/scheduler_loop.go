@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/plugins"
 	"gpud.dev/gpud/sched"
 	"gpud.dev/gpud/store"
 )
@@ -253,7 +254,11 @@ runs:
 			sj := sched.Job{Name: name, Queue: run.Queue, Priority: rs.Priority, Preemptible: rs.Preemptible, MinMembers: min(max(rs.MinNodes, 1), len(g)),
 				Nodes: projectNodes(run.Project)}
 			sj.Nodes.And = rs.Targets.selector()
-			if rs.Type != api.KindTask {
+			switch rs.Type {
+			case api.KindTask:
+			case api.KindService: // hosts, or job backends that run services (backend_features.go)
+				sj.Nodes.And = append(sj.Nodes.And, featureSelector(plugins.FeatureService))
+			default:
 				sj.Nodes.And = append(sj.Nodes.And, hostsOnly("hosts (a "+string(rs.Type)+" does not run on a job backend)"))
 			}
 			if sel, ok := pl.selector(run.Project, rs.Place, s.volumeHostNeeds(groupNeeds(specs, g), specs, g)); ok {

@@ -34,6 +34,9 @@ import (
 type gangFile struct {
 	ID   string    `json:"id"`
 	Jobs []gangJob `json:"jobs"`
+	// Service: the server asked for the gang's ports to be published as
+	// a service (plugins.Gang.Service); its jobs' loopback ports are.
+	Service bool `json:"service,omitempty"`
 }
 
 type gangJob struct {
@@ -80,7 +83,7 @@ func (b *backend) StartGang(_ context.Context, g plugins.Gang) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	gf := gangFile{ID: g.ID}
+	gf := gangFile{ID: g.ID, Service: g.Service}
 	var pids []int
 	for _, j := range g.Jobs {
 		gj := gangJob{ID: j.ID, Started: time.Now().UTC(), Commands: len(j.Commands) > 0, GPUs: len(j.GPUs.Devices)}
