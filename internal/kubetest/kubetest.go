@@ -191,6 +191,12 @@ type Options struct {
 	// LogsFile, when set, is a CRI-format log file KWOK serves as every
 	// pod's container log (through the pod log API).
 	LogsFile string
+	// ForwardPort and ForwardTo, when set, make KWOK's port-forward
+	// (pods/portforward, as a kubelet serves it) of every pod's port
+	// ForwardPort reach the loopback address ForwardTo (host:port): a
+	// test's own server stands in for the containers KWOK does not run.
+	ForwardPort int
+	ForwardTo   string
 }
 
 // Start runs etcd, kube-apiserver, KWOK and the binder in a new temp
@@ -292,7 +298,7 @@ func Start(bins Binaries, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	kwokCfg := filepath.Join(dir, "kwok.yaml")
-	if err := writeKwokConfig(kwokCfg, opts.LogsFile); err != nil {
+	if err := writeKwokConfig(kwokCfg, opts); err != nil {
 		return nil, err
 	}
 	kwok, err := c.start("kwok", bins.Kwok,

@@ -7,6 +7,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -40,7 +41,8 @@ const (
 //go:embed stages/*.yaml
 var stages embed.FS
 
-func writeKwokConfig(path, logsFile string) error {
+func writeKwokConfig(path string, opts Options) error {
+	logsFile := opts.LogsFile
 	var b strings.Builder
 	for _, name := range []string{"node-initialize", "pod-ready", "pod-delete", "pod-finish"} {
 		data, err := stages.ReadFile("stages/" + name + ".yaml")
@@ -62,6 +64,22 @@ spec:
   - logsFile: %q
     follow: false
 `, logsFile)
+	}
+	if opts.ForwardTo != "" {
+		host, port, err := net.SplitHostPort(opts.ForwardTo)
+		if err != nil {
+			return fmt.Errorf("kubetest: ForwardTo %q: %w", opts.ForwardTo, err)
+		}
+		fmt.Fprintf(&b, `---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterPortForward
+metadata:
+  name: all-pods
+spec:
+  forwards:
+  - ports: [%d]
+    target: {port: %s, address: %q}
+`, opts.ForwardPort, port, host)
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o600)
 }

@@ -88,6 +88,13 @@ func StopShared() {
 // are Need's.
 func StartT(t testing.TB, nodes ...GPUNode) *Cluster {
 	t.Helper()
+	return StartWithT(t, Options{}, nodes...)
+}
+
+// StartWithT is StartT with options (a port-forward target); the pod
+// logs file is always set.
+func StartWithT(t testing.TB, opts Options, nodes ...GPUNode) *Cluster {
+	t.Helper()
 	bins, err := FindBinaries()
 	if err != nil {
 		if os.Getenv("CI") == "" {
@@ -99,7 +106,8 @@ func StartT(t testing.TB, nodes ...GPUNode) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Start(bins, Options{LogsFile: logs})
+	opts.LogsFile = logs
+	c, err := Start(bins, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,10 +58,13 @@ func (b *Backend) Info(context.Context) (plugins.Info, error) {
 }
 
 // features are the job fields this backend honours (plugins.Info):
-// shm_size always (an emptyDir of medium Memory at /dev/shm), privileged
+// shm_size always (an emptyDir of medium Memory at /dev/shm), ports and
+// services always, privileged
 // only where the configuration allows it (allow_privileged).
 func (b *Backend) features() []string {
-	f := []string{plugins.FeatureShmSize}
+	// ports and service: a Service object for the ports, and DialPort
+	// through the API server's pod port-forward (dial.go).
+	f := []string{plugins.FeatureShmSize, plugins.FeaturePorts, plugins.FeatureService}
 	if b.cfg.AllowPrivileged {
 		f = append(f, plugins.FeaturePrivileged)
 	}

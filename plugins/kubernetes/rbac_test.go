@@ -35,6 +35,7 @@ func TestTheDocumentedRBACSuffices(t *testing.T) {
 		{APIGroups: core, Resources: []string{"namespaces"}, Verbs: []string{"get", "create"}},
 		{APIGroups: core, Resources: []string{"pods", "services", "configmaps", "secrets", "persistentvolumeclaims"}, Verbs: []string{"create", "get", "list", "delete", "deletecollection"}},
 		{APIGroups: core, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+		{APIGroups: core, Resources: []string{"pods/portforward"}, Verbs: []string{"create"}},
 	}}
 	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
