@@ -32,7 +32,14 @@ func kubeServer(t *testing.T) (*testServer, *kubetest.Cluster) {
 // configuration (allow_privileged...).
 func kubeServerWith(t *testing.T, extra map[string]any) (*testServer, *kubetest.Cluster) {
 	t.Helper()
-	c := kubetest.StartT(t)
+	return kubeServerOn(t, kubetest.Options{}, extra)
+}
+
+// kubeServerOn is kubeServerWith on a cluster started with copts (a
+// port-forward target).
+func kubeServerOn(t *testing.T, copts kubetest.Options, extra map[string]any) (*testServer, *kubetest.Cluster) {
+	t.Helper()
+	c := kubetest.StartWithT(t, copts)
 	bin := os.Getenv(testutil.StaticGpudEnv)
 	if bin == "" {
 		var err error
