@@ -77,18 +77,28 @@ func TestStandaloneGatewayServesTheServersServicesOverHTTPS(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a service with auth answered through the gateway without a token: %s", resp.Status)
 	}
-	req, err := http.NewRequest("GET", "https://closed.apps.gpud.test/c", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+ts.admin)
-	resp, err = cl.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("with a member's token: %s", resp.Status)
+	// The replica may still be starting to listen (running is not
+	// listening; a service without probes is not waited for): a 503
+	// until it does, then the token decides.
+	var status int
+	testutil.Eventually(t, 60*time.Second, func() error {
+		req, err := http.NewRequest("GET", "https://closed.apps.gpud.test/c", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+ts.admin)
+		resp, err := cl.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if status = resp.StatusCode; status == http.StatusServiceUnavailable {
+			return fmt.Errorf("with a member's token: %s", resp.Status)
+		}
+		return nil
+	})
+	if status != http.StatusOK {
+		t.Fatalf("with a member's token: %d", status)
 	}
 	noCertificateFor(t, g.HTTPSAddr(), "nobody.apps.gpud.test")
 
