@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,31 +20,10 @@ import (
 // refuses a port the job does not publish (400) and an unknown job (404);
 // the error is then an *Error with that status.
 func (c *Client) DialPort(ctx context.Context, jobID string, containerPort int) (net.Conn, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		c.base+"/api/v1/jobs/"+url.PathEscape(jobID)+"/ports/"+strconv.Itoa(containerPort), nil)
+	rwc, err := c.upgrade(ctx, "/api/v1/jobs/"+url.PathEscape(jobID)+"/ports/"+strconv.Itoa(containerPort),
+		api.PortProtocol, fmt.Sprintf("agent port relay %s:%d", jobID, containerPort), nil)
 	if err != nil {
 		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", api.PortProtocol)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("agent port relay %s:%d: %w", jobID, containerPort, err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		var e api.AgentError
-		if jsonErr := decodeError(b, &e); jsonErr != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
-		}
-		return nil, &Error{Status: resp.StatusCode, Message: e.Error}
-	}
-	rwc, ok := resp.Body.(io.ReadWriteCloser)
-	if !ok {
-		resp.Body.Close()
-		return nil, fmt.Errorf("agent port relay %s:%d: the transport cannot carry an upgraded stream", jobID, containerPort)
 	}
 	addr := relayAddr(jobID + "/" + strconv.Itoa(containerPort))
 	return &relayConn{rwc: rwc, remote: addr}, nil

@@ -17,18 +17,29 @@ import (
 // line), and user names the gpud user for its logs. The stream is closed
 // by closing the returned value.
 func (c *Client) SSH(ctx context.Context, id, authorizedKey, user string) (io.ReadWriteCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/v1/jobs/"+url.PathEscape(id)+"/ssh", nil)
+	return c.upgrade(ctx, "/api/v1/jobs/"+url.PathEscape(id)+"/ssh", api.SSHProtocol, "agent ssh "+id, map[string]string{
+		api.HeaderSSHAuthorizedKey: strings.TrimSpace(authorizedKey),
+		api.HeaderSSHUser:          user,
+	})
+}
+
+// upgrade asks the agent for path upgraded to protocol and returns the
+// stream; what names the call in errors. The agent's refusal comes back
+// as an *Error with its status and message.
+func (c *Client) upgrade(ctx context.Context, path, protocol, what string, headers map[string]string) (io.ReadWriteCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", api.SSHProtocol)
-	req.Header.Set(api.HeaderSSHAuthorizedKey, strings.TrimSpace(authorizedKey))
-	req.Header.Set(api.HeaderSSHUser, user)
+	req.Header.Set("Upgrade", protocol)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("agent ssh %s: %w", id, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()
@@ -42,7 +53,7 @@ func (c *Client) SSH(ctx context.Context, id, authorizedKey, user string) (io.Re
 	rwc, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
 		resp.Body.Close()
-		return nil, fmt.Errorf("agent ssh %s: the transport cannot carry an upgraded stream", id)
+		return nil, fmt.Errorf("%s: the transport cannot carry an upgraded stream", what)
 	}
 	return rwc, nil
 }
