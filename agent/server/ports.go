@@ -41,26 +41,36 @@ func (s *server) portRelay(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, err)
 		return
 	}
-	conn, brw, err := http.NewResponseController(w).Hijack()
+	c, err := switchProtocols(w, api.PortProtocol)
 	if err != nil {
 		up.Close()
-		writeError(w, http.StatusInternalServerError, errors.New("cannot take over the connection: "+err.Error()))
 		return
 	}
-	_ = conn.SetDeadline(time.Time{}) // the HTTP server's timeouts must not end the relay
-	if _, err := brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.PortProtocol + "\r\n\r\n"); err == nil {
+	splice(c, up)
+}
+
+// switchProtocols takes over w's connection and answers 101 with
+// protocol; the returned stream keeps what the client sent after its
+// request. When it fails, the client has had its answer (a 500 before the
+// take-over) or the connection is closed.
+func switchProtocols(w http.ResponseWriter, protocol string) (net.Conn, error) {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, errors.New("cannot take over the connection: "+err.Error()))
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Time{}) // the HTTP server's timeouts must not end the stream
+	if _, err := brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + protocol + "\r\n\r\n"); err == nil {
 		err = brw.Flush()
 	}
 	if err != nil {
 		conn.Close()
-		up.Close()
-		return
+		return nil, err
 	}
-	var c net.Conn = conn
 	if brw.Reader.Buffered() > 0 {
-		c = &bufferedConn{Conn: conn, r: brw.Reader}
+		return &bufferedConn{Conn: conn, r: brw.Reader}, nil
 	}
-	splice(c, up)
+	return conn, nil
 }
 
 // splice copies between the server's stream c and the job's connection up

@@ -2,12 +2,10 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
-	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -45,22 +43,9 @@ func (s *server) ssh(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	conn, brw, err := http.NewResponseController(w).Hijack()
+	c, err := switchProtocols(w, api.SSHProtocol)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, errors.New("cannot take over the connection: "+err.Error()))
 		return
-	}
-	_ = conn.SetDeadline(time.Time{}) // the HTTP server's timeouts must not end the session
-	if _, err := brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.SSHProtocol + "\r\n\r\n"); err == nil {
-		err = brw.Flush()
-	}
-	if err != nil {
-		conn.Close()
-		return
-	}
-	var c net.Conn = conn
-	if brw.Reader.Buffered() > 0 {
-		c = &bufferedConn{Conn: conn, r: brw.Reader}
 	}
 	log := s.log.With().Str("job", id).Str("user", r.Header.Get(api.HeaderSSHUser)).Logger()
 	log.Info().Msg("ssh session opened")
