@@ -4,24 +4,28 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 const cgroupFS = "/sys/fs/cgroup"
 
 // cgroup is the job's own control group, nested under the shim's (that is,
 // the agent's) cgroup, so limits apply to the whole process tree and an
-// OOM kill is counted. A nil *cgroup means the job has no limits.
+// OOM kill is counted. The shim itself stays outside: the OOM killer must
+// never choose it, nor may its memory count against the job's limit. A
+// nil *cgroup means the job has no limits.
 type cgroup struct {
 	dirs   []string // one per controller hierarchy (v1) or one (v2)
 	parent []string
 	v2     bool
 }
 
-// newCgroup creates the cgroup for l's limits and moves the calling
-// process (the shim) into it, so the job it starts next inherits it.
+// newCgroup creates the cgroup for l's limits; start puts the job's
+// command in it.
 func newCgroup(l launch) (*cgroup, error) {
 	if l.Memory <= 0 && l.CPUs <= 0 {
 		return nil, nil
@@ -49,7 +53,7 @@ func newCgroup(l launch) (*cgroup, error) {
 				return nil, cg.fail(err)
 			}
 		}
-		return cg, cg.enter()
+		return cg, nil
 	}
 	if l.Memory > 0 {
 		base, err := ownCgroup("memory")
@@ -80,7 +84,7 @@ func newCgroup(l launch) (*cgroup, error) {
 			return nil, cg.fail(err)
 		}
 	}
-	return cg, cg.enter()
+	return cg, nil
 }
 
 func (cg *cgroup) add(parent, name string) error {
@@ -93,12 +97,39 @@ func (cg *cgroup) add(parent, name string) error {
 	return nil
 }
 
-func (cg *cgroup) enter() error {
-	pid := strconv.Itoa(os.Getpid())
-	for _, d := range cg.dirs {
-		if err := writeFile(d, "cgroup.procs", pid); err != nil {
-			return cg.fail(err)
+// start starts cmd inside the cgroup: on cgroup v2 it is cloned into it
+// (CLONE_INTO_CGROUP); on v1 it waits at a gate until the shim moved it
+// in. Either way nothing the job runs has a moment outside its limits.
+func (cg *cgroup) start(cmd *exec.Cmd) error {
+	if cg == nil {
+		return cmd.Start()
+	}
+	if cg.v2 {
+		dir, err := os.Open(cg.dirs[0])
+		if err != nil {
+			return fmt.Errorf("the job's cgroup: %w", err)
 		}
+		defer dir.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(dir.Fd())
+		return cmd.Start()
+	}
+	procs := make([]string, len(cg.dirs))
+	for i, d := range cg.dirs {
+		procs[i] = filepath.Join(d, "cgroup.procs")
+	}
+	gate, err := newCgroupGate(procs)
+	if err != nil {
+		return err
+	}
+	defer gate.close()
+	gate.wrap(cmd)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	if err := gate.open(cmd.Process.Pid); err != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		return err
 	}
 	return nil
 }
@@ -136,14 +167,13 @@ func (cg *cgroup) oomKilled() bool {
 	return false
 }
 
-// remove moves the shim back to its parent cgroup and deletes the job's.
+// remove deletes the job's cgroup (the kernel refuses while a process the
+// job left behind still runs in it).
 func (cg *cgroup) remove() {
 	if cg == nil {
 		return
 	}
-	pid := strconv.Itoa(os.Getpid())
-	for i, d := range cg.dirs {
-		writeFile(cg.parent[i], "cgroup.procs", pid)
+	for _, d := range cg.dirs {
 		os.Remove(d)
 	}
 }
@@ -177,4 +207,55 @@ func writeFile(dir, name, value string) error {
 		return fmt.Errorf("cgroup %s: %w", name, err)
 	}
 	return nil
+}
+
+// cgroupGate holds a started command until it joined the job's v1
+// cgroups. A nil gate lets it run at once.
+type cgroupGate struct {
+	procs []string
+	r, w  *os.File
+}
+
+func newCgroupGate(procs []string) (*cgroupGate, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	return &cgroupGate{procs: procs, r: r, w: w}, nil
+}
+
+// wrap makes cmd wait at the gate: a shell reads a line from the gate's
+// descriptor, then execs the command in its place (same pid, same
+// arguments). A command cmd could not resolve still fails its Start.
+func (g *cgroupGate) wrap(cmd *exec.Cmd) {
+	if g == nil {
+		return
+	}
+	fd := 3 + len(cmd.ExtraFiles)
+	script := fmt.Sprintf(`read _ <&%d || exit 126; exec %d<&-; exec "$0" "$@"`, fd, fd)
+	cmd.Args = append([]string{"/bin/sh", "-c", script, cmd.Path}, cmd.Args[1:]...)
+	cmd.Path = "/bin/sh"
+	cmd.ExtraFiles = append(cmd.ExtraFiles, g.r)
+}
+
+// open moves child into the cgroups, then lets it run.
+func (g *cgroupGate) open(child int) error {
+	if g == nil {
+		return nil
+	}
+	g.r.Close() // the child holds its own copy
+	for _, procs := range g.procs {
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(child)), 0); err != nil {
+			return fmt.Errorf("join the job's cgroup %s: %w", filepath.Dir(procs), err)
+		}
+	}
+	if _, err := g.w.Write([]byte("\n")); err != nil {
+		return fmt.Errorf("start the command: %w", err)
+	}
+	return g.w.Close()
+}
+
+func (g *cgroupGate) close() {
+	g.r.Close()
+	g.w.Close()
 }

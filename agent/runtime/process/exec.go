@@ -66,7 +66,7 @@ func (r *Runtime) Exec(ctx context.Context, h runtime.Handle, req runtime.ExecRe
 		args = []string{shell, "-c", req.Command}
 	}
 	// On cgroup v1 a child cannot be started inside a cgroup: it waits at
-	// a gate (reading fd 3) until it was moved into the job's, so nothing
+	// a gate (reading its descriptor) until it was moved into the job's, so nothing
 	// it runs escapes the job's limits.
 	v1, err := v1CgroupProcs(pid)
 	if err != nil {
@@ -78,12 +78,9 @@ func (r *Runtime) Exec(ctx context.Context, h runtime.Handle, req runtime.ExecRe
 			return -1, fmt.Errorf("job %s: exec: %w", h.JobID, err)
 		}
 		defer gate.close()
-		args = append([]string{"/bin/sh", "-c", `read _ <&3 || exit 126; exec 3<&-; exec "$0" "$@"`}, args...)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
-	if gate != nil {
-		cmd.ExtraFiles = []*os.File{gate.r}
-	}
+	gate.wrap(cmd)
 	cmd.Dir = dir
 	cmd.Env = append(env, req.Env...)
 	if req.Term != "" {
@@ -324,43 +321,6 @@ func v1CgroupProcs(pid int) ([]string, error) {
 		out = append(out, filepath.Join(cgroupFS, ctrl, path, "cgroup.procs"))
 	}
 	return out, nil
-}
-
-// cgroupGate holds a started command until it joined the job's v1
-// cgroups. A nil gate lets it run at once.
-type cgroupGate struct {
-	procs []string
-	r, w  *os.File
-}
-
-func newCgroupGate(procs []string) (*cgroupGate, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	return &cgroupGate{procs: procs, r: r, w: w}, nil
-}
-
-// open moves child into the cgroups, then lets it run.
-func (g *cgroupGate) open(child int) error {
-	if g == nil {
-		return nil
-	}
-	g.r.Close() // the child holds its own copy
-	for _, procs := range g.procs {
-		if err := os.WriteFile(procs, []byte(strconv.Itoa(child)), 0); err != nil {
-			return fmt.Errorf("join the job's cgroup %s: %w", filepath.Dir(procs), err)
-		}
-	}
-	if _, err := g.w.Write([]byte("\n")); err != nil {
-		return fmt.Errorf("start the command: %w", err)
-	}
-	return g.w.Close()
-}
-
-func (g *cgroupGate) close() {
-	g.r.Close()
-	g.w.Close()
 }
 
 // procCgroups maps each hierarchy of /proc/<pid>/cgroup (its controllers,

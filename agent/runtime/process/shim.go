@@ -101,7 +101,7 @@ func supervise(dir string, in io.Reader, handshake *os.File) (runtime.Exit, erro
 		}
 	}
 	cmd.SysProcAttr = attr
-	if err := cmd.Start(); err != nil {
+	if err := cg.start(cmd); err != nil {
 		return runtime.Exit{}, fmt.Errorf("start %s: %w", l.Argv[0], err)
 	}
 	self, _ := readProcStat(os.Getpid())
