@@ -10,6 +10,7 @@ import (
 
 	"gpud.dev/gpud/plugins"
 	"gpud.dev/gpud/plugins/kubernetes"
+	"gpud.dev/gpud/plugins/slurm"
 )
 
 // builtinBackends are the backend types compiled into gpud; the server
@@ -23,6 +24,13 @@ func builtinBackends() plugins.Builtins {
 				return nil, fmt.Errorf("kubernetes backend: %w", err)
 			}
 			return kubernetes.New(cfg)
+		},
+		"slurm": func(raw json.RawMessage, log zerolog.Logger) (plugins.Backend, error) {
+			var cfg slurm.Config
+			if err := strictJSON(raw, &cfg); err != nil {
+				return nil, fmt.Errorf("slurm backend: %w", err)
+			}
+			return slurm.New(cfg, log)
 		},
 	}
 }
