@@ -29,12 +29,12 @@ type Backend struct {
 	c   *client
 	log zerolog.Logger
 
-	mu   sync.Mutex
-	ids  map[string]int // gang -> Slurm job id, a cache of the jobs' comments
+	mu  sync.Mutex
+	ids map[string]int // gang -> Slurm job id, a cache of the jobs' comments
 	// stopped are the gangs this process cancelled: their CANCELLED is a
 	// stop, not someone else's scancel.
 	stopped map[string]bool
-	info clusterInfo
+	info    clusterInfo
 }
 
 // clusterInfo is what Check learnt: the Slurm release and the default
