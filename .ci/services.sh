@@ -40,3 +40,6 @@ echo "ci: docker $(docker version --format '{{.Server.Version}}') ready"
 # The Kubernetes backend's tests: etcd-server, and kube-apiserver and kwok built
 # from the Go module proxy, cached by version (cold: many minutes; warm: instant).
 . .ci/kube.sh
+# The Slurm backend's tests: Debian's Slurm 22.05 (slurmctld, slurmd, slurmrestd
+# with JWT auth, munge), one node with 4 fake GPUs, stopped on exit.
+. .ci/slurm.sh

@@ -65,7 +65,7 @@ func readBackendFile(path string, stdin io.Reader) (api.AddBackendRequest, error
 	req.Type, _ = fields["type"].(string)
 	req.Name, _ = fields["name"].(string)
 	if req.Type == "" {
-		return req, fmt.Errorf("%s: type: required (kubernetes, or an external plugin's type)", path)
+		return req, fmt.Errorf("%s: type: required (kubernetes, slurm, or an external plugin's type)", path)
 	}
 	delete(fields, "type")
 	delete(fields, "name")

@@ -82,7 +82,7 @@ func (s *Server) handleAddBackend(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	if req.Type == "" {
-		return badField("type", "required: kubernetes, or an external plugin's type")
+		return badField("type", "required: kubernetes, slurm, or an external plugin's type")
 	}
 	if req.Name == "" {
 		req.Name = req.Type

@@ -68,7 +68,7 @@ func (s *Server) applyConfigFile(ctx context.Context) error {
 			where := fmt.Sprintf("%s: projects[%d].backends[%d]", path, i, j)
 			typ, _ := b["type"].(string)
 			if typ == "" {
-				return fmt.Errorf("%s.type: required (kubernetes, or an external plugin's type)", where)
+				return fmt.Errorf("%s.type: required (kubernetes, slurm, or an external plugin's type)", where)
 			}
 			name, _ := b["name"].(string)
 			if name == "" {
