@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"strings"
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/store"
@@ -31,6 +32,7 @@ func (s *fleetsAPI) fleetOut(project string, f store.Record) (api.Fleet, error) 
 		return api.Fleet{}, err
 	}
 	out := api.Fleet{Name: f.Name, Project: f.Project, Status: f.Status, Configuration: cs.Config, CreatedAt: f.CreatedAt, Instances: []api.Instance{}}
+	s.fleetOutBackend(&out, f) // a backend fleet's backends and nodes (fleet_backend.go)
 	for _, inst := range s.store.Instances().ByFleet(f.ID) {
 		io, err := s.instanceOut(inst)
 		if err != nil {
@@ -162,6 +164,9 @@ func (s *fleetsAPI) handleApplyFleet(w http.ResponseWriter, r *http.Request) err
 	if sharedFleetName(s.store, cfg.Fleet.Name) {
 		return badField("configuration.name", "%q is the name of a fleet shared by every project; a project fleet of that name would hide it in this project's paths: choose another name", cfg.Fleet.Name)
 	}
+	if err := s.checkBackendFleet(project, cfg.Fleet); err != nil {
+		return err // a backend fleet names backends of its own project only
+	}
 	norm, err := json.Marshal(cfg)
 	if err != nil {
 		return err
@@ -172,6 +177,7 @@ func (s *fleetsAPI) handleApplyFleet(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	s.hosts.applySSHFleet(rec.ID, project, cfg.Fleet)
+	kick(s.schedWake) // a backend fleet's backends or nodes max may let runs in
 	rec, err = s.store.Fleets().Get(rec.ID)
 	if err != nil {
 		return err
@@ -192,12 +198,20 @@ func (s *fleetsAPI) handleDeleteFleet(w http.ResponseWriter, r *http.Request) er
 	if f.Project == "" {
 		return forbidden("fleet %q is shared by every project and cannot be deleted through a project", f.Name)
 	}
+	if _, ok := backendFleetOf(f); ok {
+		// Its runs, running or waiting, would be left without capacity.
+		if runs := s.runsUsingFleet(project, f.Name); len(runs) > 0 {
+			return conflict("fleet %q is used by runs %s: stop them first", f.Name, strings.Join(runs, ", "))
+		}
+	}
 	muts := []store.Mutation{store.Delete(store.KindFleet, f.ID), s.event(project, store.KindFleet, f.ID, "deleted", "deleted by "+c.name)}
 	for _, inst := range s.store.Instances().ByFleet(f.ID) {
-		if len(s.store.Jobs().ByInstance(inst.ID)) > 0 {
-			return conflict("fleet %q has jobs on %s", f.Name, inst.Name)
+		// Only unfinished jobs keep a host (api_runs_delete.go).
+		released, err := s.releaseFinishedJobs(f.Name, inst)
+		if err != nil {
+			return err
 		}
-		muts = append(muts, store.Delete(store.KindInstance, inst.ID))
+		muts = append(append(muts, released...), store.Delete(store.KindInstance, inst.ID))
 	}
 	// Its registration tokens and hosts' keys go with it, in the same
 	// commit: a token must never outlive the fleet it admits hosts to.

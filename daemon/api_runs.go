@@ -278,33 +278,6 @@ func (s *runsAPI) handleStopRun(w http.ResponseWriter, r *http.Request) error {
 	return s.writeRun(w, http.StatusOK, run)
 }
 
-func (s *runsAPI) handleDeleteRun(w http.ResponseWriter, r *http.Request) error {
-	run, err := s.authorizedRun(r)
-	if err != nil {
-		return err
-	}
-	if !finishedRun(run.Status) {
-		return conflict("run %q is %s; stop it before deleting it", run.Name, run.Status)
-	}
-	muts := []store.Mutation{store.Delete(store.KindRun, run.ID)}
-	jobs := s.store.Jobs().ByRun(run.ID)
-	for _, j := range jobs {
-		muts = append(muts, store.Delete(store.KindJob, j.ID))
-	}
-	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
-		return err
-	}
-	for _, j := range jobs {
-		// The run is deleted; a log left behind is only disk space, said
-		// in the log rather than failing a delete that happened.
-		if err := s.store.Logs().Remove(j.ID); err != nil {
-			s.log.Warn().Err(err).Str("run", run.ID).Str("job", j.ID).Msg("delete run: remove job log")
-		}
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
 func (s *runsAPI) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {

@@ -215,64 +215,6 @@ func (s *accountsAPI) handleGetProject(w http.ResponseWriter, r *http.Request) e
 	return nil
 }
 
-func (s *accountsAPI) handleDeleteProject(w http.ResponseWriter, r *http.Request) error {
-	project, _, err := s.authorize(r, api.RoleUser)
-	if err != nil {
-		return err
-	}
-	if err := requireAdmin(r); err != nil {
-		return err
-	}
-	var muts []store.Mutation
-	for _, run := range s.store.Runs().ByProject(project) {
-		if !finishedRun(run.Status) {
-			return conflict("project %q has active runs; stop them first", project)
-		}
-		for _, j := range s.store.Jobs().ByRun(run.ID) {
-			muts = append(muts, store.Delete(store.KindJob, j.ID))
-		}
-		muts = append(muts, store.Delete(store.KindRun, run.ID))
-	}
-	// Fleets are live: hosts, agents on them, tokens that admit more.
-	// Deleting the fleet tears all of that down (handleDeleteFleet), so the
-	// project waits for it rather than leave hosts of a fleet that is gone.
-	if fleets := s.store.Fleets().ByProject(project); len(fleets) > 0 {
-		names := make([]string, len(fleets))
-		for i, f := range fleets {
-			names[i] = f.Name
-		}
-		sort.Strings(names)
-		return conflict("project %q still has fleets %v; delete each first (gpud fleet delete NAME --project %s), which stops its hosts' agents, removes its instances and its registration tokens, then delete the project",
-			project, names, project)
-	}
-	// Volumes hold data on hosts: deleting one asks its host's agent to
-	// remove it (deleteVolume), so the project waits for that too.
-	if vols := s.store.Volumes().ByProject(project); len(vols) > 0 {
-		names := make([]string, len(vols))
-		for i, v := range vols {
-			names[i] = v.Name
-		}
-		sort.Strings(names)
-		return conflict("project %q still has volumes %v; delete each first (gpud volume delete NAME --project %s), which removes its data on its host, then delete the project",
-			project, names, project)
-	}
-	for _, k := range []store.Kind{store.KindMember, store.KindQueue, store.KindSecret} {
-		for _, rec := range s.store.Collection(k).ByProject(project) {
-			muts = append(muts, store.Delete(k, rec.ID))
-		}
-	}
-	tokens, err := s.hosts.projectTokenMutations(r.Context(), project)
-	if err != nil {
-		return err
-	}
-	muts = append(append(muts, tokens...), store.Delete(store.KindProject, project))
-	if _, err := s.store.Apply(r.Context(), muts...); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
 func (s *accountsAPI) handleListMembers(w http.ResponseWriter, r *http.Request) error {
 	project, _, err := s.authorize(r, api.RoleUser)
 	if err != nil {
