@@ -331,6 +331,10 @@ type Fleet struct {
 	Configuration json.RawMessage `json:"configuration,omitempty"`
 	Instances     []Instance      `json:"instances"`
 	CreatedAt     time.Time       `json:"created_at"`
+	// Backends and Nodes describe a backend fleet (api/fleet_backend.go):
+	// the backends its capacity comes from and the nodes its runs hold.
+	Backends []FleetBackend `json:"backends,omitempty"`
+	Nodes    *FleetNodesUse `json:"nodes,omitempty"`
 }
 
 // RegistrationToken is a fleet's token for bare-metal registration

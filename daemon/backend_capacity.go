@@ -289,6 +289,7 @@ func (s *Server) backendCapacityNodes() []sched.Node {
 			out = append(out, n)
 		}
 	}
+	s.labelBackendFleets(out) // the backend fleets that take each (fleet_backend.go)
 	return out
 }
 
@@ -328,7 +329,9 @@ func backendNodeMatches(n sched.Node, project string, p runPlacement, needs []ho
 	if n.Labels[backendLabel] != jobBackendLabel || n.Labels[projectLabel] != project {
 		return false
 	}
-	if len(p.Fleets) > 0 || len(p.Instances) > 0 {
+	// A run's fleets take a node of each backend fleet that takes it
+	// (labelBackendFleets, fleet_backend.go).
+	if len(p.Instances) > 0 || len(p.Fleets) > 0 && !slices.ContainsFunc(p.Fleets, func(f string) bool { return n.Labels[fleetNodeLabel(f)] == "yes" }) {
 		return false
 	}
 	if len(p.Backends) > 0 && !slices.Contains(p.Backends, n.Labels[backendTypeLabel]) && !slices.Contains(p.Backends, strings.ToLower(n.Labels[backendNameLabel])) {

@@ -15,17 +15,30 @@ var otherKindRules = fieldRules{
 	"fleet:ssh_config.hosts.blocks":    {All: &refusal{Why: "blocks do not split hosts yet", Instead: "drop blocks; a host's GPUs are shared job by job"}},
 	"fleet:placement":                  {Proof: []string{"daemon.TestMultiNodeGangStaysWithinOneFleet"}},
 	"fleet:blocks":                     {All: &refusal{Why: "blocks do not split hosts yet", Instead: "drop blocks; a host's GPUs are shared job by job"}},
-	"fleet:nodes": {Subtree: true, Proof: []string{"daemon.TestRegisteredFleetTakesNoMoreHostsThanNodesMax"},
+	"fleet:nodes": {Subtree: true, Proof: []string{"daemon.TestRegisteredFleetTakesNoMoreHostsThanNodesMax", "daemon.TestBackendFleetPlacesRunsOnItsBackendsWithinItsNodesMax"},
 		Check: func(fc *fieldCheck, _ string) *refusal {
+			if n := fc.cfg.Fleet.Nodes; n != nil && (n.Min > 0 || n.Target > 0) && len(fc.cfg.Fleet.Backends) > 0 {
+				return &refusal{Why: "job backends create no machines, so a backend fleet has no instances to keep up to a minimum or target (its nodes max caps the jobs its runs hold at once); the first backend that provisions instances comes with issue 18",
+					Instead: "write nodes: 0..N (or {max: N}) to cap the fleet's runs at N nodes"}
+			}
 			if n := fc.cfg.Fleet.Nodes; n != nil && (n.Min > 0 || n.Target > 0) {
 				return &refusal{Why: "gpud provisions no instances yet, so it cannot bring a fleet up to a minimum or target of hosts (only the maximum caps how many hosts register)",
 					Instead: "write nodes: 0..N and register N hosts with `gpud fleet token` and `gpud agent --server URL --token T`, or list them under ssh_config"}
 			}
 			return nil
 		}},
-	"fleet:resources": {All: provisioningRefusal},
-	"fleet:backends": {All: &refusal{Why: "a fleet holds hosts, not backends: a project's job backends (gpud backend add) serve its tasks directly, as capacity of their own, and no cloud backend provisions a fleet's hosts yet",
-		Instead: "drop backends from the fleet; add the backend with `gpud backend add` and choose it in a run with backends: [TYPE or NAME]"}},
+	"fleet:resources": {All: &refusal{Why: "gpud provisions no instances yet, and a backend fleet's resources do not filter its backends' offers: each run's own resources are matched against hosts and offers",
+		Instead: "drop resources from the fleet and set them on the runs"}},
+	// A backend fleet (fleet_backend.go): its backends must be the
+	// project's (checked at apply, api_fleets.go).
+	"fleet:backends": {Proof: []string{"daemon.TestBackendFleetPlacesRunsOnItsBackendsWithinItsNodesMax", "daemon.TestBackendFleetApplyChecksItsBackendsAndReportsADeletedOne"},
+		Check: func(fc *fieldCheck, _ string) *refusal {
+			if fc.cfg.Fleet.SSHConfig != nil {
+				return &refusal{Why: "an SSH fleet's capacity is the hosts under ssh_config, a backend fleet's is its backends' offers: one fleet cannot be both",
+					Instead: "make two fleets, one with ssh_config and one with backends, and name both in the run's fleets"}
+			}
+			return nil
+		}},
 	"fleet:regions":            {All: provisioningRefusal},
 	"fleet:availability_zones": {All: provisioningRefusal},
 	"fleet:instance_types":     {All: provisioningRefusal},

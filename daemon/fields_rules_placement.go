@@ -22,7 +22,7 @@ var placementRules = fieldRules{
 	}},
 	"resources.disk": {Subtree: true, Proof: []string{"daemon.TestPlacementResourcesMatchWhatHostsReport"}, Note: noteDisk},
 
-	"fleets":    {Proof: []string{"daemon.TestPlacementFleetsAndInstancesChooseTheHost"}, Check: checkFleets},
+	"fleets":    {Proof: []string{"daemon.TestPlacementFleetsAndInstancesChooseTheHost", "daemon.TestBackendFleetPlacesRunsOnItsBackendsWithinItsNodesMax"}, Check: checkRunFleets},
 	"instances": {Subtree: true, Proof: []string{"daemon.TestPlacementFleetsAndInstancesChooseTheHost"}, Check: checkInstances},
 	"backends":  {Proof: []string{"daemon.TestPlacementProfileFiltersAgainstOwnedHosts"}, Check: checkBackends, Note: noteBackends},
 	"regions": {All: &refusal{

@@ -167,7 +167,6 @@ var refusedSamples = map[string]string{
 	"fleet:ssh_config.hosts.blocks": "type: fleet\nname: f\nssh_config:\n  user: u\n  identity_file: /k\n  hosts:\n    - hostname: h\n      blocks: 2\n",
 	"fleet:blocks":                  "type: fleet\nname: f\nnodes: 0..2\nblocks: 4\n",
 	"fleet:resources":               "type: fleet\nname: f\nnodes: 0..2\nresources:\n  gpu: 8\n",
-	"fleet:backends":                "type: fleet\nname: f\nnodes: 0..2\nbackends: [aws]\n",
 	"fleet:regions":                 "type: fleet\nname: f\nnodes: 0..2\nregions: [us-east-1]\n",
 	"fleet:availability_zones":      "type: fleet\nname: f\nnodes: 0..2\navailability_zones: [us-east-1a]\n",
 	"fleet:instance_types":          "type: fleet\nname: f\nnodes: 0..2\ninstance_types: [p5.48xlarge]\n",

@@ -496,6 +496,13 @@ func (s *Server) placedOffers(project string, run store.Record, req taskRequest,
 		if err != nil {
 			continue
 		}
+		if o.Fleet == "" { // a job backend's offer: through which fleet, if any (fleet_backend_plan.go)
+			if fleet, ok := s.placedBackendOffer(project, rs, req, o); ok {
+				o.Fleet = fleet
+				out = append(out, o)
+			}
+			continue
+		}
 		h, ok := s.placeHostOf(inst)
 		if !ok || !placementMatches(h, project, rs.Place, nums) || !needsMatch(h.info, req.Needs) {
 			continue

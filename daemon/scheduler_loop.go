@@ -196,6 +196,7 @@ func (s *scheduler) snapshot(now time.Time) (*sched.Snapshot, snapshotIndex) {
 	var corruptQueue map[string]bool
 	snap.Queues, corruptQueue = s.schedQueues()
 	snap.Topologies = append(snap.Topologies, fleetTopology())
+	caps := s.newFleetCaps() // backend fleets' nodes max (fleet_backend.go)
 	byRun := map[string][]store.Record{}
 	var runIDs []string
 	for _, status := range []string{store.JobSubmitted, store.JobProvisioning, store.JobPulling, store.JobRunning, store.JobTerminating} {
@@ -264,6 +265,7 @@ runs:
 			if sel, ok := pl.selector(run.Project, rs.Place, s.volumeHostNeeds(groupNeeds(specs, g), specs, g)); ok {
 				sj.Nodes.And = append(sj.Nodes.And, sel)
 			}
+			sj.Nodes.And = append(sj.Nodes.And, caps.gate(run, rs.Place, g)...)
 			sj.Topology = gangTopology(rs.Type, len(g))
 			for _, j := range g {
 				js := specs[j.ID]
