@@ -25,6 +25,26 @@ func (s SizeSpec) String() string { return Size(s).String() }
 // MarshalJSON writes String as a JSON string.
 func (s SizeSpec) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
 
+// UnmarshalJSON reads what MarshalJSON writes (or a number of bytes), so
+// a spec with sizes crosses the backend plugin protocol (JSON) intact.
+func (s *SizeSpec) UnmarshalJSON(b []byte) error {
+	var str string
+	if err := json.Unmarshal(b, &str); err != nil {
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("a size: %w", err)
+		}
+		*s = SizeSpec(n)
+		return nil
+	}
+	v, err := ParseSize(str)
+	if err != nil {
+		return err
+	}
+	*s = SizeSpec(v)
+	return nil
+}
+
 // MarshalJSON writes the range the way ParseRange reads it ("1..8", "2..",
 // "80GB"); a range with no bound is null.
 func (r Range[T]) MarshalJSON() ([]byte, error) {

@@ -20,6 +20,10 @@ type ManagedVolumeRef struct {
 	ID string `json:"id"`
 	// Name is the volume's name, for messages only.
 	Name string `json:"name,omitempty"`
+	// Backend, set, is the project's backend (a Kubernetes backend's
+	// name) that holds the volume: ID is then that backend's volume id
+	// (the claim's name), which its jobs mount; no agent keeps it.
+	Backend string `json:"backend,omitempty"`
 }
 
 var (
@@ -73,6 +77,14 @@ type Volume struct {
 	User      string    `json:"user,omitempty"`
 	// Configuration is the normalized volume configuration.
 	Configuration json.RawMessage `json:"configuration,omitempty"`
+	// Of a volume on a project's backend (Backend is then its name):
+	// the backend's type, the claim (the backend's volume id), whether
+	// it was registered (claim_name: never deleted by gpud), and the
+	// backend's state of it (Pending, Bound).
+	BackendType string `json:"backend_type,omitempty"`
+	Claim       string `json:"claim,omitempty"`
+	Registered  bool   `json:"registered,omitempty"`
+	State       string `json:"state,omitempty"`
 }
 
 // ApplyVolume creates or updates a volume from its configuration.

@@ -101,6 +101,9 @@ func runApply(c *cli.Context) error {
 				return serverError("apply "+f.path, err, c.App.ErrWriter)
 			}
 			res, line = v, fmt.Sprintf("volume %s: %s (backend %s)", v.Name, v.Status, v.Backend)
+			if v.Claim != "" {
+				line = fmt.Sprintf("volume %s: %s (backend %s, claim %s, %s)", v.Name, v.Status, v.Backend, v.Claim, v.State)
+			}
 		default:
 			raw, err := cl.ApplyConfig(c.Context, t.Project, f.cfg.Kind, req)
 			if api.IsStatus(err, http.StatusNotFound) || api.IsStatus(err, http.StatusMethodNotAllowed) {

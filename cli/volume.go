@@ -13,7 +13,8 @@ import (
 )
 
 // volumeCommand lists and deletes gpud-managed volumes (`type: volume`
-// with backend local, ssh or registered).
+// with backend local, ssh or registered) and the volumes of a project's
+// Kubernetes backend (claims).
 func volumeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "volume",
@@ -21,7 +22,7 @@ func volumeCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:  "list",
-				Usage: "list volumes: backend, host, status, size used, the active runs that use them, last use",
+				Usage: "list volumes: backend, host or claim, status, size used, the active runs that use them, last use",
 				Flags: clientFlags(jsonFlag()),
 				Action: func(c *cli.Context) error {
 					cl, t, err := connect(c)
@@ -47,7 +48,7 @@ func volumeCommand() *cli.Command {
 			},
 			{
 				Name:      "delete",
-				Usage:     "delete volumes and their data; refused while an active run uses one",
+				Usage:     "delete volumes and their data (a backend's claim too, unless it was registered with claim_name); refused while an active run uses one",
 				ArgsUsage: "VOLUME...",
 				Flags: clientFlags(
 					&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "delete without asking"},
@@ -90,7 +91,7 @@ func printVolumes(w io.Writer, vs []api.Volume, now time.Time) error {
 		fmt.Fprintln(w, "no volumes")
 		return nil
 	}
-	t := newTable(w, "NAME", "BACKEND", "HOST", "STATUS", "USED", "SIZE", "RUNS", "LAST USED", "AUTO CLEANUP", "CREATED")
+	t := newTable(w, "NAME", "BACKEND", "HOST/CLAIM", "STATUS", "USED", "SIZE", "RUNS", "LAST USED", "AUTO CLEANUP", "CREATED")
 	for _, v := range vs {
 		used := "-"
 		if v.Used >= 0 {
@@ -104,11 +105,24 @@ func printVolumes(w io.Writer, vs []api.Volume, now time.Time) error {
 		if v.Instance != "" && v.Hostname == "" {
 			host = v.Instance
 		}
+		backend, status := v.Backend, v.Status
+		if v.Claim != "" {
+			host = "claim " + v.Claim
+			if v.Registered {
+				host += " (registered)"
+			}
+			if v.BackendType != "" && v.BackendType != v.Backend {
+				backend += " (" + v.BackendType + ")"
+			}
+		}
+		if v.State != "" {
+			status += " (" + v.State + ")"
+		}
 		last := "-"
 		if !v.LastUsed.IsZero() {
 			last = ago(now, v.LastUsed)
 		}
-		t.row(v.Name, v.Backend, host, v.Status, used, size, orDash(strings.Join(v.Runs, ",")), last, orDash(v.AutoCleanupDuration), ago(now, v.CreatedAt))
+		t.row(v.Name, backend, host, status, used, size, orDash(strings.Join(v.Runs, ",")), last, orDash(v.AutoCleanupDuration), ago(now, v.CreatedAt))
 	}
 	return t.flush()
 }

@@ -161,7 +161,8 @@ func (s *Server) backendSource(rec store.Record) string {
 
 // handleDeleteBackend stops a backend's plugin and removes its
 // configuration; it refuses while the backend runs gangs (stop their runs
-// first), and for backends of the configuration file.
+// first) or keeps volumes (delete them first: their claims would be left
+// behind unseen), and for backends of the configuration file.
 func (s *Server) handleDeleteBackend(w http.ResponseWriter, r *http.Request) error {
 	project, c, err := s.authorize(r, api.RoleAdmin)
 	if err != nil {
@@ -185,6 +186,9 @@ func (s *Server) handleDeleteBackend(w http.ResponseWriter, r *http.Request) err
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 		gangs, err := e.sup.List(ctx)
 		cancel()
+	if vols := s.backendVolumesOf(project, name); len(vols) > 0 {
+		return conflict("backend %s keeps volumes %s: delete them first (gpud volume delete)", name, strings.Join(vols, ", "))
+	}
 		if err != nil && !errors.Is(err, plugins.ErrUnsupported) {
 			return conflict("backend %s: cannot tell whether it runs gangs (%v): try again", name, err)
 		}

@@ -19,7 +19,9 @@ import (
 // its auto_cleanup_duration), `gpud volume list` (any member) and `gpud
 // volume delete` (the volume's creator or a manager: deleting destroys
 // data other members' runs may rely on, yet a user must be able to clean
-// up what they made). A volume an active run uses is never deleted.
+// up what they made). A volume an active run uses is never deleted. A
+// volume of a project's backend (volumes_backend.go) is made by the
+// backend at apply time and deleted there by delete.
 
 func (s *fleetsAPI) handleApplyVolume(w http.ResponseWriter, r *http.Request) error {
 	project, c, cfg, err := s.readApplyConfig(w, r, api.RoleUser)
@@ -36,14 +38,14 @@ func (s *fleetsAPI) handleApplyVolume(w http.ResponseWriter, r *http.Request) er
 	if err := checkName("configuration.name", v.Name); err != nil {
 		return err
 	}
+	// backend "" is a project's backend (a Kubernetes claim, made
+	// below), not gpud's hosts.
 	backend := volumeBackend(v.Backend)
-	if backend == "" {
-		return badField("configuration.backend", "no %s backend on this server; gpud keeps volumes on its own hosts: backend local, ssh or registered", v.Backend)
-	}
 	id := volumeRecordID(project, v.Name)
 	st := volumeState{VolumeID: newID(), Backend: backend}
 	rec := store.Record{Kind: store.KindVolume, ID: id, Project: project, Name: v.Name, User: c.name, Status: volumeSubmitted}
-	if old, err := s.store.Volumes().Get(id); err == nil {
+	old, oldErr := s.store.Volumes().Get(id)
+	if oldErr == nil {
 		if st, err = volumeStateOf(old); err != nil {
 			return err
 		}
@@ -56,16 +58,39 @@ func (s *fleetsAPI) handleApplyVolume(w http.ResponseWriter, r *http.Request) er
 			return conflict("volume %q is being deleted; apply it again once it is gone", v.Name)
 		}
 		if st.Instance != "" && st.Backend != backend {
-			return conflict("volume %q lives on host %s (backend %s); delete it first to move it to backend %s", v.Name, st.Instance, st.Backend, backend)
+			return conflict("volume %q lives on host %s (backend %s); delete it first to move it to backend %s", v.Name, st.Instance, st.Backend, v.Backend)
 		}
-		st.Backend = backend
+		if st.onBackend() && backend != "" {
+			return conflict("volume %q is the claim %s of backend %s; delete it first to make it a host volume", v.Name, st.VolumeID, st.BackendName)
+		}
+		if !st.onBackend() {
+			st.Backend = backend
+		}
 		rec = old
+	}
+	if backend == "" {
+		if oldErr == nil && !st.onBackend() {
+			if st.Instance != "" {
+				return conflict("volume %q lives on host %s; delete it first to move it to backend %s", v.Name, st.Instance, v.Backend)
+			}
+			st = volumeState{} // on no host yet: it becomes the backend's
+		}
+		// The backend makes (or finds) the claim before anything is
+		// stored: an error leaves the stored volume as it was.
+		if err := s.createBackendVolume(r.Context(), project, v, &st); err != nil {
+			return err
+		}
+		rec.Status = volumeActive
 	}
 	norm, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
-	st.Config, st.Size, st.AutoCleanup = norm, int64(v.Size), 0
+	size := int64(v.Size)
+	if st.onBackend() {
+		size = st.Size // the claim's, as the backend answered
+	}
+	st.Config, st.Size, st.AutoCleanup = norm, size, 0
 	if d := v.AutoCleanupDuration; d != nil && !d.Off {
 		st.AutoCleanup = d.Value
 	}
@@ -195,6 +220,11 @@ func (s *Server) deleteVolume(ctx context.Context, rec store.Record, why string)
 	if runs, _ := s.volumeRuns(rec, st); len(runs) > 0 {
 		return restore(conflict("volume %q is used by active runs: %s; stop them first (gpud stop RUN)", rec.Name, strings.Join(runs, ", ")))
 	}
+	if st.onBackend() {
+		if err := s.deleteBackendVolume(ctx, rec.Name, rec.Project, st); err != nil {
+			return restore(err)
+		}
+	}
 	if st.Instance != "" {
 		if _, err := s.store.Instances().Get(st.Instance); err == nil {
 			link := s.agents.get(st.Instance)
@@ -227,6 +257,9 @@ func (s *Server) volumeOut(ctx context.Context, rec store.Record, usage bool) ap
 		return out
 	}
 	out.Backend, out.Instance, out.Hostname, out.Size = st.Backend, st.Instance, st.Hostname, api.Size(st.Size)
+	if st.onBackend() {
+		out.Backend, out.BackendType, out.Claim, out.Registered, out.State = st.BackendName, st.BackendType, st.VolumeID, st.Registered, st.State
+	}
 	out.Configuration = st.Config
 	if st.AutoCleanup > 0 {
 		out.AutoCleanupDuration = st.AutoCleanup.String()
@@ -236,6 +269,9 @@ func (s *Server) volumeOut(ctx context.Context, rec store.Record, usage bool) ap
 	out.LastUsed = st.LastUsed
 	if lastEnd.After(out.LastUsed) {
 		out.LastUsed = lastEnd
+	}
+	if usage && st.onBackend() {
+		s.refreshBackendVolume(ctx, rec.Project, rec.Name, st, &out)
 	}
 	if usage && st.Instance != "" {
 		if link := s.agents.get(st.Instance); link != nil && link.client != nil {

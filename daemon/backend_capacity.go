@@ -324,7 +324,8 @@ func hostsOnly(why string) sched.NodeSelector {
 // job of project with placement p and host needs: the run's backends may
 // name the backend's type or name; fleets and instances name hosts; host
 // facts a backend does not report (CPU architecture, compute capability,
-// free disk, privileged jobs, instance volumes) keep the job off it.
+// free disk, privileged jobs, instance volumes, gpud host volumes) keep
+// the job off it, and a volume on another backend does too.
 func backendNodeMatches(n sched.Node, project string, p runPlacement, needs []hostNeeds) bool {
 	if n.Labels[backendLabel] != jobBackendLabel || n.Labels[projectLabel] != project {
 		return false
@@ -343,7 +344,8 @@ func backendNodeMatches(n sched.Node, project string, p runPlacement, needs []ho
 	}
 	for _, h := range needs {
 		if h.Arch != "" || (h.Vendor != "" && !strings.EqualFold(h.Vendor, vendor)) || h.ComputeCapability != "" || h.DiskMin > 0 ||
-			(h.Privileged && !nodeHasFeature(n, plugins.FeaturePrivileged)) || h.Volumes != "" || h.Remap || h.Hosts != "" || h.Backends != "" {
+			(h.Privileged && !nodeHasFeature(n, plugins.FeaturePrivileged)) || h.Volumes != "" || h.Remap || h.Hosts != "" || h.Backends != "" ||
+			(h.VolumeBackend != "" && h.VolumeBackend != n.Labels[backendNameLabel]) {
 			return false
 		}
 	}

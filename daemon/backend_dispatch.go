@@ -150,7 +150,7 @@ func (s *dispatcher) startBackendGang(ctx context.Context, g backendGang, queue 
 // the agents get (its sealed environment, commands, the default image,
 // devices, the cluster environment), without what only an agent's host
 // has (uploads and instance volumes, which the field rules keep off
-// backends).
+// backends); the volumes of the backend's own (claims) stay.
 func (s *dispatcher) buildBackendSpec(ctx context.Context, j store.Record) (api.JobSpec, bool) {
 	js, err := s.jobSpec(j)
 	if err != nil {
@@ -173,7 +173,7 @@ func (s *dispatcher) buildBackendSpec(ctx context.Context, j store.Record) (api.
 		spec.Repos = sealed.Repos
 	}
 	spec.GPUs = s.jobGPUs(j.Instance, js)
-	spec.Volumes, spec.Upload = nil, ""
+	spec.Volumes, spec.Upload = backendJobVolumes(spec.Volumes), ""
 	if spec.Cluster, err = s.jobCluster(ctx, j, js); err != nil {
 		s.log.Error().Err(err).Str("job", j.ID).Str("run", j.Run).Msg("not started: a record of its gang does not decode")
 		return api.JobSpec{}, false

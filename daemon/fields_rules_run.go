@@ -15,13 +15,14 @@ var runRules = fieldRules{
 	"resources.memory": {Proof: []string{"daemon.TestRunFieldsTakeEffectInsideTheJob"}},
 
 	// Instance volumes (host paths the host's admin allows); daemon/volumes.go.
-	"volumes": {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath", "daemon.TestEmbeddedLaptopModeMountsAnyPathButItsDataDir"},
-		Refuse: map[fieldTarget]refusal{targetBackend: refuseHostOnlyOnBackend("instance and managed volumes are mounted by gpud's agent on a host", "drop volumes")}},
+	"volumes": {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath", "daemon.TestEmbeddedLaptopModeMountsAnyPathButItsDataDir", "daemon.TestKubernetesVolumeIsAClaimThatItsRunsMount"},
+		Refuse:     map[fieldTarget]refusal{targetBackend: refuseHostOnlyOnBackend("instance volumes and gpud host volumes are mounted by gpud's agent on a host", "mount only volumes of the backend (type: volume, backend: kubernetes), or drop volumes")},
+		RefuseWhen: volumesNeedAHost},
 	"volumes.instance_path": {Proof: []string{"daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestInstanceVolumeAttacksAreRefusedWithTheField", "daemon.TestRegisteredHostMountsOnlyUnderItsAllowVolumePrefix"}, Check: checkVolumeHostPath},
 	"volumes.path":          {Proof: []string{"daemon.TestInstanceVolumeMountsIntoADockerJobAtItsPath", "daemon.TestInstanceVolumeKeepsDataAcrossRunsOnTheSameHost", "daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker", "daemon.TestManagedVolumeOnProcessOnlyHostsIsRefusedByItsPath"}, Check: checkVolumePath},
 	"volumes.optional":      {Proof: []string{"daemon.TestOptionalInstanceVolumeIsSkippedWhereTheHostDoesNotAllowIt"}, Note: noteOptionalVolumes},
 	// Managed volumes (`type: volume` on a gpud host backend); daemon/volumes_managed*.go.
-	"volumes.name": {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker", "daemon.TestManagedVolumeKeepsItsRunsOnItsHost", "daemon.TestManagedVolumePerNodeFollowsEachNodeToItsHost", "daemon.TestManagedVolumeAttacksAreRefused"}, Check: checkManagedVolumeName, Note: noteManagedVolumes},
+	"volumes.name": {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker", "daemon.TestManagedVolumeKeepsItsRunsOnItsHost", "daemon.TestManagedVolumePerNodeFollowsEachNodeToItsHost", "daemon.TestManagedVolumeAttacksAreRefused", "daemon.TestKubernetesVolumeIsAClaimThatItsRunsMount", "daemon.TestKubernetesVolumeBadInputIsRefusedAndLosesNothing"}, Check: checkManagedVolumeName, Note: noteManagedVolumes},
 	// repos and files: the client packs them (internal/upload), the server
 	// keeps the archive and pushes it to the job's agent, which unpacks it
 	// into the job's working directory (daemon/uploads.go).

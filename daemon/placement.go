@@ -105,6 +105,10 @@ type hostNeeds struct {
 	Hosts      string `json:"-"`
 	Backends   string `json:"-"`
 	VolumeName string `json:"-"`
+	// VolumeBackend keeps a job on the project's job backend of that
+	// name, which holds its volume VolumeName (a Kubernetes claim):
+	// no host matches it (volumes_backend.go).
+	VolumeBackend string `json:"-"`
 }
 
 // needsOf reads a job's host needs from its resources. The disk is

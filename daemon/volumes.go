@@ -72,6 +72,9 @@ func volumeNeeds(n *hostNeeds, vols []api.JobVolume, image bool) {
 	var paths []string
 	for _, v := range vols {
 		if v.Managed != nil {
+			if v.Managed.Backend != "" {
+				continue // a backend's claim: its backend (volumeHostNeeds)
+			}
 			// The agent's own directory, mounted at the path: only a
 			// container can; its host is the volume's (volumeHostNeeds).
 			n.Remap, n.Image = true, image
@@ -210,6 +213,9 @@ func checkVolumePath(fc *fieldCheck, path string) *refusal {
 		return &refusal{Why: "a volume cannot replace the job's root directory", Instead: "mount it at a directory like /data"}
 	}
 	if v.Name != "" {
+		if fc.namesBackendVolume(v) {
+			return nil // a backend's claim, mounted into its pods (volumes_backend.go)
+		}
 		if fc.anyHost(func(_ candidateHost, rt fieldTarget) bool { return rt == targetDocker }) {
 			return nil
 		}

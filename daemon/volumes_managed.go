@@ -21,7 +21,8 @@ import (
 // directory there, and from then on every job using it is kept on that
 // host (volumeHostNeeds). Its data lives and dies with that host's
 // agent; `gpud volume delete` and auto_cleanup_duration remove it
-// (api_volumes.go).
+// (api_volumes.go). A volume of a project's backend (a Kubernetes claim)
+// is another kind: volumes_backend.go.
 
 // Volume record statuses.
 const (
@@ -45,6 +46,15 @@ type volumeState struct {
 	LastUsed    time.Time     `json:"last_used,omitzero"`
 	Size        int64         `json:"size,omitempty"`
 	AutoCleanup time.Duration `json:"auto_cleanup,omitempty"` // 0: never
+	// BackendName, set, is the project's backend that holds the volume
+	// (volumes_backend.go): VolumeID is then its volume id (the claim's
+	// name), Backend is empty, and no host keeps it. Registered: an
+	// existing claim (claim_name), never deleted by gpud. State is what
+	// the backend said of it when it was applied (Pending, Bound).
+	BackendName string `json:"backend_name,omitempty"`
+	BackendType string `json:"backend_type,omitempty"`
+	Registered  bool   `json:"registered,omitempty"`
+	State       string `json:"state,omitempty"`
 }
 
 func volumeRecordID(project, name string) string { return project + "/" + name }
@@ -77,7 +87,7 @@ func volumeBackend(name string) string {
 
 // managedRef is the agent's reference to the volume of record r.
 func managedRef(r store.Record, st volumeState) api.ManagedVolumeRef {
-	return api.ManagedVolumeRef{Project: r.Project, ID: st.VolumeID, Name: r.Name}
+	return api.ManagedVolumeRef{Project: r.Project, ID: st.VolumeID, Name: r.Name, Backend: st.BackendName}
 }
 
 // volumeName is the name a run's volume entry resolves to on node n.
@@ -136,6 +146,8 @@ func (s *Server) volumeHostNeeds(needs []hostNeeds, specs map[string]jobRecordSp
 			switch {
 			case err != nil || serr != nil || st.VolumeID != v.Managed.ID || rec.Status == volumeDeleting:
 				needs = append(needs, hostNeeds{Hosts: "-", VolumeName: v.Managed.Name}) // no host: the volume is gone
+			case st.onBackend():
+				needs = append(needs, hostNeeds{VolumeBackend: st.BackendName, VolumeName: v.Managed.Name})
 			case st.Instance != "":
 				if !slices.Contains(hosts, st.Instance) {
 					hosts = append(hosts, st.Instance)
@@ -155,6 +167,9 @@ func (s *Server) volumeHostNeeds(needs []hostNeeds, specs map[string]jobRecordSp
 
 // hostsMatch reports whether h is a host n's volumes allow.
 func hostsMatch(h placeHost, n hostNeeds) bool {
+	if n.VolumeBackend != "" {
+		return false // a backend's claim: no host has it
+	}
 	if n.Hosts != "" && !slices.Contains(strings.Split(n.Hosts, "\n"), h.id) {
 		return false
 	}
@@ -166,6 +181,8 @@ func describeVolume(n hostNeeds) string {
 	switch {
 	case n.Hosts == "-":
 		return "volume " + n.VolumeName + ", which was deleted"
+	case n.VolumeBackend != "":
+		return "the backend " + n.VolumeBackend + " that volume " + n.VolumeName + " is a claim of"
 	case strings.Contains(n.Hosts, "\n"):
 		return "the hosts " + strings.ReplaceAll(n.Hosts, "\n", ", ") + " that volumes " + n.VolumeName + " live on"
 	case n.Hosts != "":
@@ -231,6 +248,13 @@ func (s *Server) bindVolumes(binds []volumeBind, now time.Time) ([]store.Mutatio
 		for _, b := range byJob[job] {
 			for _, ref := range b.refs {
 				p := load(ref)
+				if p != nil && p.st.onBackend() {
+					// A backend's claim: the placement must be on its backend.
+					if _, name, isBackend := backendOfNode(b.node); !isBackend || name != p.st.BackendName {
+						ok = false
+					}
+					continue
+				}
 				host := ""
 				if p != nil {
 					host = p.st.Instance
@@ -251,7 +275,7 @@ func (s *Server) bindVolumes(binds []volumeBind, now time.Time) ([]store.Mutatio
 		for _, b := range byJob[job] {
 			for _, ref := range b.refs {
 				p := load(ref)
-				if p.st.Instance == "" {
+				if p.st.Instance == "" && !p.st.onBackend() {
 					p.st.Instance, p.st.BoundAt = b.node, now
 					p.rec.Status = volumeActive
 					if inst, err := s.store.Instances().Get(b.node); err == nil {

@@ -10,17 +10,28 @@ import (
 // The plan's checks and notes of managed volumes: a `type: volume`'s
 // backend, and a run's `volumes: - name:` entries.
 
-// checkVolumeBackend refuses a volume backend gpud has no hosts of.
+// checkVolumeBackend refuses a volume backend that could name neither
+// gpud's hosts nor a project's backend; which backend a name resolves to
+// is the apply's to say (volumeBackendOf), with the project at hand.
 func checkVolumeBackend(fc *fieldCheck, _ string) *refusal {
 	b := fc.cfg.Volume.Backend
-	if volumeBackend(b) != "" {
+	if volumeBackend(b) != "" || backendNameRE.MatchString(strings.ToLower(b)) {
 		return nil
 	}
-	why := "no " + b + " backend on this server: gpud keeps volumes on its own hosts"
-	if strings.EqualFold(b, "kubernetes") {
-		why += " (Kubernetes volumes come with the Kubernetes backend)"
-	}
-	return &refusal{Why: why, Instead: "write backend: local (the server's host), ssh (an SSH fleet's hosts) or registered (hosts registered with gpud agent)"}
+	return &refusal{Why: fmt.Sprintf("%q names no backend", b),
+		Instead: "write backend: local (the server's host), ssh (an SSH fleet's hosts), registered (hosts registered with gpud agent), or a backend of the project that keeps volumes (kubernetes, or its name)"}
+}
+
+// backendVolumeOnly refuses a field of claims on a gpud host volume.
+func backendVolumeOnly(what string) fieldRule {
+	return fieldRule{Proof: []string{"daemon.TestKubernetesVolumeIsAClaimThatItsRunsMount", "daemon.TestKubernetesVolumeBadInputIsRefusedAndLosesNothing"},
+		Check: func(fc *fieldCheck, _ string) *refusal {
+			if volumeBackend(fc.cfg.Volume.Backend) == "" {
+				return nil
+			}
+			return &refusal{Why: "a gpud host volume (backend " + fc.cfg.Volume.Backend + ") is a directory on a host: it has no " + what,
+				Instead: "drop it, or make the volume on the project's Kubernetes backend (backend: kubernetes, or the backend's name)"}
+		}}
 }
 
 // volumeRefusal refuses a host volume field by name.
@@ -32,21 +43,18 @@ func volumeRefusal(why, instead string) fieldRule {
 var managedVolumeRules = fieldRules{
 	"volume:type":                  {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker"}},
 	"volume:name":                  {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker"}},
-	"volume:backend":               {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker"}, Check: checkVolumeBackend},
-	"volume:size":                  {Proof: []string{"daemon.TestManagedVolumeSizeKeepsItOffHostsWithLessFreeDisk"}},
-	"volume:auto_cleanup_duration": {Proof: []string{"daemon.TestManagedVolumeUnusedForItsAutoCleanupDurationIsDeleted"}},
+	"volume:backend":               {Proof: []string{"daemon.TestManagedVolumeSharesDataBetweenRunsOnDocker", "daemon.TestKubernetesVolumeIsAClaimThatItsRunsMount"}, Check: checkVolumeBackend},
+	"volume:size":                  {Proof: []string{"daemon.TestManagedVolumeSizeKeepsItOffHostsWithLessFreeDisk", "daemon.TestKubernetesVolumeIsAClaimThatItsRunsMount"}},
+	"volume:auto_cleanup_duration": {Proof: []string{"daemon.TestManagedVolumeUnusedForItsAutoCleanupDurationIsDeleted", "daemon.TestKubernetesVolumeIsAClaimThatItsRunsMount"}},
 	"volume:region": volumeRefusal("a gpud host volume lives on one host, not in a region",
 		"drop region; the volume lives on the host of the first job that uses it (choose that host with the run's fleets or instances)"),
 	"volume:availability_zone": volumeRefusal("a gpud host volume lives on one host, not in an availability zone",
 		"drop availability_zone; the volume lives on the host of the first job that uses it (choose that host with the run's fleets or instances)"),
-	"volume:volume_id": volumeRefusal("gpud registers no existing volumes: a host volume is a directory its agent makes",
-		"drop volume_id, or mount an existing host directory as an instance volume (volumes: - /data/x:/x, under a directory the host's admin allows)"),
-	"volume:claim_name": volumeRefusal("no Kubernetes backend on this server, so no persistent volume claim to bind",
-		"drop claim_name and use backend: local, ssh or registered"),
-	"volume:storage_class_name": volumeRefusal("no Kubernetes backend on this server, so no storage class to use",
-		"drop storage_class_name and use backend: local, ssh or registered"),
-	"volume:access_modes": volumeRefusal("no Kubernetes backend on this server; a host volume is mounted read-write by the jobs of its one host",
-		"drop access_modes"),
+	"volume:volume_id": volumeRefusal("gpud registers existing volumes by their own field: a host volume is a directory its agent makes, a Kubernetes volume a claim",
+		"drop volume_id; on a Kubernetes backend write claim_name: CLAIM to register an existing claim, or mount an existing host directory as an instance volume (volumes: - /data/x:/x)"),
+	"volume:claim_name":         backendVolumeOnly("persistent volume claim"),
+	"volume:storage_class_name": backendVolumeOnly("storage class"),
+	"volume:access_modes":       backendVolumeOnly("access modes (its jobs on its one host mount it read-write)"),
 	"volume:tags": volumeRefusal("a host volume is a directory: there is no cloud resource to tag",
 		"drop tags"),
 }
@@ -75,11 +83,17 @@ func checkManagedVolumeName(fc *fieldCheck, path string) *refusal {
 		rec, err := fc.srv.store.Volumes().Get(volumeRecordID(fc.project, name))
 		if err != nil {
 			return &refusal{Why: fmt.Sprintf("volume %q does not exist in project %q", name, fc.project),
-				Instead: "`gpud apply` a `type: volume` configuration named " + name + " first (backend: local, ssh or registered)"}
+				Instead: "`gpud apply` a `type: volume` configuration named " + name + " first (backend: local, ssh, registered, or the project's Kubernetes backend)"}
 		}
 		st, err := volumeStateOf(rec)
 		if err != nil {
 			return &refusal{Why: err.Error(), Instead: "delete the volume and apply it again"}
+		}
+		if st.onBackend() {
+			if rf := fc.checkBackendVolumeRun(name, st); rf != nil {
+				return rf
+			}
+			continue
 		}
 		if st.Instance == "" {
 			continue
@@ -135,6 +149,7 @@ func noteManagedVolumes(fc *fieldCheck) string {
 		replicaNodes = 1
 	}
 	seen := map[string]bool{}
+	hostVolumes := false
 	for _, v := range fc.run.Volumes {
 		if v.Name == "" {
 			continue
@@ -153,14 +168,20 @@ func noteManagedVolumes(fc *fieldCheck) string {
 			if err != nil {
 				continue
 			}
-			if st.Instance != "" {
+			if !st.onBackend() {
+				hostVolumes = true
+			}
+			switch {
+			case st.onBackend():
+				parts = append(parts, fmt.Sprintf("volume %s is the claim %s of the backend %s (%s), so jobs that use it run only on that backend", name, st.VolumeID, st.BackendName, st.BackendType))
+			case st.Instance != "":
 				parts = append(parts, fmt.Sprintf("volume %s lives on host %s, so jobs that use it run only there", name, st.Instance))
-			} else {
+			default:
 				parts = append(parts, fmt.Sprintf("volume %s is on no host yet: it is made on the %s host the first job that uses it lands on, and later jobs follow it there", name, st.Backend))
 			}
 		}
 	}
-	if len(parts) > 0 {
+	if hostVolumes {
 		parts = append(parts, "a volume is mounted by Docker: jobs that use one run in containers")
 	}
 	return strings.Join(parts, "; ")

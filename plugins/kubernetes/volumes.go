@@ -17,8 +17,11 @@ import (
 // CreateVolume implements plugins.Backend with a PersistentVolumeClaim:
 // size, storage_class_name and access_modes (default ReadWriteOnce) make
 // a new claim named after the volume; claim_name (or volume_id)
-// registers an existing claim, which DeleteVolume then leaves alone. The
-// Volume's ID is the claim's name, what a job's volume mounts.
+// registers an existing claim, which DeleteVolume then leaves alone (a
+// claim gpud made registers only under its own volume's name, so a
+// volume never takes over another's). The Volume's ID is the claim's
+// name, what a job's volume mounts. The server names a volume
+// project/name, so two projects' volumes are two claims.
 func (b *Backend) CreateVolume(ctx context.Context, v api.VolumeSpec) (plugins.Volume, error) {
 	ctx, cancel := b.callCtx(ctx)
 	defer cancel()
@@ -30,6 +33,11 @@ func (b *Backend) CreateVolume(ctx context.Context, v api.VolumeSpec) (plugins.V
 		pvc, err := pvcs.Get(ctx, existing, metav1.GetOptions{})
 		if err != nil {
 			return plugins.Volume{}, fmt.Errorf("kubernetes backend: claim %s/%s: %w", b.cfg.Namespace, existing, err)
+		}
+		// A claim gpud made is its volume's (another project's, maybe):
+		// it is registered again only under that volume's own name.
+		if owner := pvc.Annotations[annVolumeID]; pvc.Labels[labelVolume] != "" && owner != v.Name {
+			return plugins.Volume{}, fmt.Errorf("kubernetes backend: claim %s/%s is gpud's volume %s: mount that volume by its name instead of registering its claim", b.cfg.Namespace, existing, owner)
 		}
 		return pvcVolume(pvc), nil
 	}
