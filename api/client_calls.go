@@ -213,6 +213,12 @@ func (c *Client) ListFleets(ctx context.Context, project string) ([]Fleet, error
 	return fs, c.get(ctx, projectPath(project, "/fleets"), &fs)
 }
 
+// GetFleet returns one fleet as the project sees it.
+func (c *Client) GetFleet(ctx context.Context, project, fleet string) (Fleet, error) {
+	var f Fleet
+	return f, c.get(ctx, projectPath(project, "/fleets/"+url.PathEscape(fleet)), &f)
+}
+
 // DeleteFleet removes a fleet of the project.
 func (c *Client) DeleteFleet(ctx context.Context, project, fleet string) error {
 	return c.del(ctx, projectPath(project, "/fleets/"+url.PathEscape(fleet)), nil)

@@ -39,8 +39,32 @@ func fleetCommand() *cli.Command {
 				},
 			},
 			{
+				Name:      "get",
+				Usage:     "show one fleet: its hosts, or a backend fleet's backends and the nodes its runs hold",
+				ArgsUsage: "FLEET",
+				Flags:     clientFlags(jsonFlag()),
+				Action: func(c *cli.Context) error {
+					name, err := oneArg(c, "fleet")
+					if err != nil {
+						return err
+					}
+					cl, t, err := connect(c)
+					if err != nil {
+						return err
+					}
+					f, err := cl.GetFleet(c.Context, t.Project, name)
+					if err != nil {
+						return fmt.Errorf("fleet get: %w", err)
+					}
+					if c.Bool("json") {
+						return printJSON(c.App.Writer, f)
+					}
+					return printFleets(c.App.Writer, []api.Fleet{f}, time.Now())
+				},
+			},
+			{
 				Name:      "delete",
-				Usage:     "delete a fleet with no jobs; the agents its SSH hosts run are stopped and removed",
+				Usage:     "delete a fleet with no jobs (a backend fleet: no active runs); the agents its SSH hosts run are stopped and removed",
 				ArgsUsage: "FLEET",
 				Flags:     clientFlags(),
 				Action: func(c *cli.Context) error {
@@ -117,7 +141,12 @@ func fleetCommand() *cli.Command {
 // their health read at a glance.
 func printFleets(w io.Writer, fs []api.Fleet, now time.Time) error {
 	tb := newTable(w, "FLEET", "HOST", "BACKEND", "STATUS", "GPUS", "FREE GPUS", "CPUS", "MEMORY", "HEALTH")
+	var backendFleets []api.Fleet
 	for _, f := range fs {
+		if f.Nodes != nil && len(f.Instances) == 0 {
+			backendFleets = append(backendFleets, f) // below, in a table of their own
+			continue
+		}
 		if len(f.Instances) == 0 {
 			tb.row(f.Name, "-", "-", f.Status, "-", "-", "-", "-", "-")
 			continue
@@ -133,6 +162,44 @@ func printFleets(w io.Writer, fs []api.Fleet, now time.Time) error {
 			tb.row(f.Name, orDash(in.Hostname), orDash(in.Backend), in.Status, gpus, fmt.Sprintf("%g", in.Free.GPUs),
 				fmt.Sprintf("%g", in.Resources.CPUs), humanSize(in.Resources.Memory), instanceHealth(in, now))
 		}
+	}
+	if len(backendFleets) == 0 || len(backendFleets) < len(fs) {
+		if err := tb.flush(); err != nil {
+			return err
+		}
+	}
+	if len(backendFleets) == 0 {
+		return nil
+	}
+	if len(backendFleets) < len(fs) {
+		fmt.Fprintln(w)
+	}
+	return printBackendFleets(w, backendFleets)
+}
+
+// printBackendFleets prints one row per backend fleet: the backends its
+// capacity comes from (each entry as written, and the backends it
+// selects) and the nodes its runs hold against its maximum.
+func printBackendFleets(w io.Writer, fs []api.Fleet) error {
+	tb := newTable(w, "FLEET", "BACKENDS", "NODES IN USE", "STATUS", "NOTE")
+	for _, f := range fs {
+		var backends, notes []string
+		for _, b := range f.Backends {
+			switch {
+			case len(b.Selects) == 0:
+				backends = append(backends, b.Name+" (none)")
+				notes = append(notes, b.Reason)
+			case len(b.Selects) == 1 && b.Selects[0] == b.Name:
+				backends = append(backends, b.Name)
+			default:
+				backends = append(backends, b.Name+" ("+strings.Join(b.Selects, ", ")+")")
+			}
+		}
+		nodes := fmt.Sprintf("%d", f.Nodes.InUse)
+		if f.Nodes.Max != nil {
+			nodes += fmt.Sprintf("/%d", *f.Nodes.Max)
+		}
+		tb.row(f.Name, strings.Join(backends, ", "), nodes, f.Status, orDash(strings.Join(notes, "; ")))
 	}
 	return tb.flush()
 }
