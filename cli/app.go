@@ -95,6 +95,10 @@ func commands() []*cli.Command {
 		serviceCommand(),
 		backendCommand(),
 		pluginCommand(),
+		projectCommand(),
+		userCommand(),
+		deleteCommand(),
+		completionCommand(),
 	}
 }
 
