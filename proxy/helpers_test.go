@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // fakeResolver serves snapshots the test sets; a request's token is
@@ -127,9 +129,33 @@ func newGateway(t *testing.T, res Resolver, opts Options) (*Gateway, *httptest.S
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(g)
-	t.Cleanup(srv.Close)
-	return g, srv
+	return g, serveFront(t, g)
+}
+
+// serveFront serves h on a loopback httptest.Server (for its URL and
+// Close) whose connections the gateway's Front owns, as on the gateway's
+// listeners; GPUD_PROXY_TEST_NETHTTP=1 serves it with net/http alone.
+func serveFront(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	if os.Getenv("GPUD_PROXY_TEST_NETHTTP") != "" {
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ReadHeaderTimeout = 10 * time.Second
+	f := NewFront(srv.Config)
+	srv.URL = "http://" + srv.Listener.Addr().String()
+	done := make(chan error, 1)
+	go func() { done <- f.Serve(srv.Listener) }()
+	t.Cleanup(func() {
+		_ = f.Close()
+		srv.Close()
+		if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("front: %v", err)
+		}
+	})
+	return srv
 }
 
 // get sends a GET with optional headers ("Host" sets the host) and

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 			}
 			go func() { stop(); os.Exit(0) }()
 		}
-		os.Exit(serveBench(h))
+		os.Exit(serveBenchFront(h))
 	}
 	os.Exit(m.Run())
 }
@@ -78,6 +78,20 @@ func serveBench(h http.Handler) int {
 	fmt.Println(ln.Addr().String())
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintln(os.Stderr, srv.Serve(ln))
+	return 1
+}
+
+// serveBenchFront serves h as the gateway's listeners do, on a Front
+// (front.go) with gpud serve's server settings.
+func serveBenchFront(h http.Handler) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(ln.Addr().String())
+	f := NewFront(&http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute})
+	fmt.Fprintln(os.Stderr, f.Serve(ln))
 	return 1
 }
 

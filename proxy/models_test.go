@@ -111,9 +111,7 @@ func newModelsEndpoint(t *testing.T, svcs ...*Service) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle("/proxy/models/{project}/{path...}", NewModels(&modelsResolver{svcs: svcs}, directForwarder{}))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv
+	return serveFront(t, mux)
 }
 
 func post(t *testing.T, url, token, body string) (*http.Response, string) {

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // The gateway's own HTTP/1.1 exchange with replicas, for the common
@@ -44,6 +42,7 @@ const idleTimeout = 90 * time.Second
 type upConn struct {
 	conn   net.Conn
 	raw    syscall.RawConn // nil when conn is no socket (a relayed stream)
+	rio    *rawIO          // nil when conn is no socket
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	cw     countingWriter // under bw: what reached the connection
@@ -63,7 +62,12 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 func newUpConn(c net.Conn) *upConn {
-	u := &upConn{conn: c, br: bufio.NewReaderSize(c, 16<<10), cw: countingWriter{w: c}}
+	var rw io.ReadWriter = c
+	rio := newRawIO(c)
+	if rio != nil {
+		rw = rio // see rawIO: no sysmon wake-up per exchange
+	}
+	u := &upConn{conn: c, rio: rio, br: bufio.NewReaderSize(rw, 16<<10), cw: countingWriter{w: rw}}
 	u.bw = bufio.NewWriterSize(&u.cw, 8<<10)
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -90,9 +94,7 @@ func (u *upConn) alive(now time.Time, check bool) bool {
 	}
 	ok := false
 	err := u.raw.Read(func(fd uintptr) bool {
-		var b [1]byte
-		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		ok = n < 0 && (errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EWOULDBLOCK))
+		ok = peekEmpty(fd)
 		return true
 	})
 	return err == nil && ok
@@ -267,9 +269,27 @@ func (rep *replica) exchange(c *upConn, req *http.Request, head, body []byte, re
 		return nil, err
 	}
 	c.cw.n = 0
-	_, _ = c.bw.Write(head) // a write error stays in bw: Flush returns it
-	_, _ = c.bw.Write(body)
-	if err := c.bw.Flush(); err != nil {
+	var err error
+	if c.rio != nil && c.br.Buffered() == 0 && c.bw.Buffered() == 0 && len(head)+len(body) <= 16<<10 {
+		// One write, then wait for the answer without a first read that
+		// would find nothing (rawIO.sendThenWait).
+		b := head
+		if len(body) > 0 {
+			b = append(head[:len(head):len(head)], body...)
+		}
+		var n int
+		n, err = c.rio.sendThenWait(b)
+		c.cw.n = n
+		if err == nil && n < len(b) {
+			_, _ = c.bw.Write(b[n:])
+			err = c.bw.Flush()
+		}
+	} else {
+		_, _ = c.bw.Write(head) // a write error stays in bw: Flush returns it
+		_, _ = c.bw.Write(body)
+		err = c.bw.Flush()
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			return fail(&unansweredError{err: err, reused: reused, unsent: c.cw.n == 0})
 		}

@@ -1,0 +1,649 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Front is the gateway's own HTTP/1.1 server for the client side: it
+// owns the connections a listener accepts, reads their requests and
+// serves the ones in a strict subset of HTTP/1.1 (front_parse.go) on the
+// connection's own goroutine, with a ResponseWriter of its own
+// (front_response.go), calling the same http.Handler that net/http would.
+// What net/http's server pays per request and the front does not: a
+// background read goroutine started and aborted for every request (the
+// front watches for a client that left only once a request lasts
+// frontWatchAfter), its futex wake-ups, and a second buffer before the
+// connection's.
+//
+// Anything outside the subset — and every connection that negotiated h2
+// in its TLS handshake — is handed over to net/http together with the
+// bytes the front already read: the Front's http.Server serves a listener
+// whose Accept yields those connections, so net/http's own rules judge
+// them (upgrades, chunked or large bodies, Expect, HTTP/1.0, odd bytes).
+//
+// The http.Server gives the handler and the limits: ReadHeaderTimeout
+// (for the head and the body the front reads), IdleTimeout (else
+// ReadTimeout) between requests, WriteTimeout, ErrorLog, BaseContext and
+// ConnContext. ConnState is not called for the front's connections.
+type Front struct {
+	srv     *http.Server
+	handler http.Handler
+	handoff *handoffListener
+
+	serveOnce  sync.Once
+	inShutdown atomic.Bool
+	mu         sync.Mutex
+	listeners  map[net.Listener]struct{}
+	conns      map[*frontConn]struct{}
+	baseCtx    context.Context
+}
+
+// frontWatchAfter is how long a request runs before the front starts
+// watching its connection for the client leaving (which cancels the
+// request's context, as net/http does from the start).
+const frontWatchAfter = 5 * time.Millisecond
+
+// NewFront returns a front for srv; srv serves what the front hands over
+// and must not be served or shut down on its own (use the Front's Serve,
+// Shutdown and Close).
+func NewFront(srv *http.Server) *Front {
+	f := &Front{srv: srv, handler: srv.Handler, listeners: map[net.Listener]struct{}{}, conns: map[*frontConn]struct{}{}}
+	if f.handler == nil {
+		f.handler = http.DefaultServeMux
+	}
+	f.handoff = &handoffListener{conns: make(chan net.Conn), done: make(chan struct{})}
+	// A handed-over TLS connection reaches net/http as a replayConn, not
+	// a *tls.Conn: its handler still sees r.TLS.
+	connCtx := srv.ConnContext
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if rc, ok := c.(*replayConn); ok && rc.tls != nil {
+			ctx = context.WithValue(ctx, frontTLSKey{}, rc.tls)
+		}
+		if connCtx != nil {
+			ctx = connCtx(ctx, c)
+		}
+		return ctx
+	}
+	h := f.handler
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil {
+			if st, ok := r.Context().Value(frontTLSKey{}).(*tls.ConnectionState); ok {
+				r.TLS = st
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+	return f
+}
+
+type frontTLSKey struct{}
+
+// Server is the http.Server the front serves for.
+func (f *Front) Server() *http.Server { return f.srv }
+
+// Serve accepts connections on ln until Shutdown or Close (then it
+// returns http.ErrServerClosed) or a failure of ln. A *tls.Conn from ln
+// is handshaken by the front.
+func (f *Front) Serve(ln net.Listener) error {
+	if f.inShutdown.Load() {
+		return http.ErrServerClosed
+	}
+	f.serveOnce.Do(func() {
+		f.handoff.addr = ln.Addr()
+		f.baseCtx = context.Background()
+		if f.srv.BaseContext != nil {
+			if ctx := f.srv.BaseContext(ln); ctx != nil {
+				f.baseCtx = ctx
+			}
+		}
+		go func() {
+			if err := f.srv.Serve(f.handoff); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				f.logf("gateway front: the net/http server stopped: %v", err)
+			}
+		}()
+	})
+	f.mu.Lock()
+	f.listeners[ln] = struct{}{}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.listeners, ln)
+		f.mu.Unlock()
+	}()
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if f.inShutdown.Load() {
+				return http.ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				f.logf("gateway front: accept error: %v; retrying in %v", err, delay)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		fc := f.newConn(c)
+		if fc == nil {
+			c.Close()
+			continue
+		}
+		go fc.serve()
+	}
+}
+
+// Shutdown stops accepting, closes idle connections and waits for the
+// others to finish their request (they close after it), as
+// http.Server.Shutdown does; the handed-over connections shut down with
+// the http.Server.
+func (f *Front) Shutdown(ctx context.Context) error {
+	f.inShutdown.Store(true)
+	f.closeListeners()
+	errc := make(chan error, 1)
+	go func() { errc <- f.srv.Shutdown(ctx) }()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if f.closeIdle() {
+			return <-errc
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// Close closes the listeners and every connection at once.
+func (f *Front) Close() error {
+	f.inShutdown.Store(true)
+	f.closeListeners()
+	f.mu.Lock()
+	for c := range f.conns {
+		c.c.Close()
+	}
+	f.mu.Unlock()
+	return f.srv.Close()
+}
+
+func (f *Front) closeListeners() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ln := range f.listeners {
+		_ = ln.Close()
+	}
+	f.handoff.close()
+}
+
+// closeIdle closes the connections waiting for a request; true when none
+// is left.
+func (f *Front) closeIdle() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		if c.state.CompareAndSwap(stateIdle, stateClosed) {
+			c.c.Close()
+		}
+	}
+	return len(f.conns) == 0
+}
+
+func (f *Front) logf(format string, args ...any) {
+	if f.srv.ErrorLog != nil {
+		f.srv.ErrorLog.Printf(format, args...)
+		return
+	}
+	log.Printf(format, args...)
+}
+
+func (f *Front) newConn(c net.Conn) *frontConn {
+	fc := &frontConn{f: f, c: c, remote: c.RemoteAddr().String()}
+	fc.cr.c = c
+	var w io.Writer = c
+	if rio := newRawIO(c); rio != nil {
+		fc.cr.r, w = rio, rio
+	} else {
+		fc.cr.r = c
+	}
+	fc.br = bufio.NewReaderSize(&fc.cr, frontMaxHead)
+	fc.bw = bufio.NewWriterSize(w, 4<<10)
+	fc.state.Store(stateIdle)
+	ctx := context.WithValue(f.baseCtx, http.ServerContextKey, f.srv)
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.LocalAddr())
+	if f.srv.ConnContext != nil {
+		if ctx = f.srv.ConnContext(ctx, c); ctx == nil {
+			panic("ConnContext returned nil")
+		}
+	}
+	fc.ctx = ctx
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.inShutdown.Load() {
+		return nil
+	}
+	f.conns[fc] = struct{}{}
+	return fc
+}
+
+// Connection states: idle (waiting for a request: Shutdown may close
+// it), active (a request is being read or served), closed.
+const (
+	stateIdle int32 = iota
+	stateActive
+	stateClosed
+)
+
+// frontConn is one client connection on the front.
+type frontConn struct {
+	f       *Front
+	c       net.Conn
+	cr      connReader // under br: gives the watcher's byte back
+	br      *bufio.Reader
+	bw      *bufio.Writer
+	tls     *tls.ConnectionState
+	ctx     context.Context
+	remote  string
+	state   atomic.Int32
+	headBuf []byte // lent to the answers' headers
+
+	// The watcher of a long request (watch).
+	timer      *time.Timer
+	wmu        sync.Mutex
+	wended     bool
+	wcancel    context.CancelFunc
+	watching   chan struct{} // non-nil while the watcher reads
+	clientGone atomic.Bool
+}
+
+// connReader reads the connection, first the byte the watcher read.
+type connReader struct {
+	c       net.Conn
+	r       io.Reader // c, or its rawIO
+	hasByte bool
+	b       [1]byte
+}
+
+func (r *connReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if r.hasByte {
+		r.hasByte = false
+		p[0] = r.b[0]
+		return 1, nil
+	}
+	return r.r.Read(p)
+}
+
+func (c *frontConn) serve() {
+	handedOver := false
+	defer func() {
+		if handedOver {
+			return
+		}
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		c.c.Close()
+		c.state.Store(stateClosed)
+		c.f.mu.Lock()
+		delete(c.f.conns, c)
+		c.f.mu.Unlock()
+	}()
+	srv := c.f.srv
+	if tc, ok := c.c.(*tls.Conn); ok {
+		if d := handshakeTimeout(srv); d > 0 {
+			_ = c.c.SetDeadline(time.Now().Add(d))
+		}
+		if err := tc.HandshakeContext(c.ctx); err != nil {
+			var re tls.RecordHeaderError
+			if !errors.As(err, &re) || re.Conn == nil {
+				c.f.logf("http: TLS handshake error from %s: %v", c.remote, err)
+			}
+			return
+		}
+		_ = c.c.SetDeadline(time.Time{})
+		st := tc.ConnectionState()
+		c.tls = &st
+		if p := st.NegotiatedProtocol; p != "" && p != "http/1.1" && p != "http/1.0" {
+			handedOver = c.handOver() // h2, or acme-tls/1: net/http's TLSNextProto
+			return
+		}
+	}
+	for {
+		if c.br.Buffered() == 0 {
+			if c.f.inShutdown.Load() {
+				return
+			}
+			c.state.Store(stateIdle)
+			if c.f.inShutdown.Load() {
+				return
+			}
+			if d := idleTimeoutOf(srv); d > 0 {
+				_ = c.c.SetReadDeadline(time.Now().Add(d))
+			} else {
+				_ = c.c.SetReadDeadline(time.Time{})
+			}
+			if _, err := c.br.Peek(1); err != nil {
+				return
+			}
+		}
+		if !c.state.CompareAndSwap(stateIdle, stateActive) && c.state.Load() != stateActive {
+			return // Shutdown closed it
+		}
+		if d := srv.ReadHeaderTimeout; d > 0 {
+			_ = c.c.SetReadDeadline(time.Now().Add(d))
+		} else if d := srv.ReadTimeout; d > 0 {
+			_ = c.c.SetReadDeadline(time.Now().Add(d))
+		}
+		n, err := c.readHead()
+		if err != nil {
+			return
+		}
+		if n == 0 {
+			handedOver = c.handOver()
+			return
+		}
+		head, _ := c.br.Peek(n)
+		h, ok := parseHead(head)
+		if !ok {
+			handedOver = c.handOver()
+			return
+		}
+		var body []byte
+		if h.contentLength > 0 {
+			// Whole before the handler, under the head's deadline (the
+			// fast path's bodies are small; a larger one is net/http's).
+			if c.br.Buffered() < n+int(h.contentLength) {
+				if _, err := c.br.Discard(n); err != nil {
+					return
+				}
+				n = 0
+			}
+			body = make([]byte, h.contentLength)
+			if _, err := c.br.Discard(n); err != nil {
+				return
+			}
+			if _, err := io.ReadFull(c.br, body); err != nil {
+				return
+			}
+		} else if _, err := c.br.Discard(n); err != nil {
+			return
+		}
+		_ = c.c.SetReadDeadline(time.Time{})
+		if !c.serveRequest(&h, body) {
+			return
+		}
+	}
+}
+
+// readHead reads until the buffer holds a whole head: its length, or 0
+// when the request leaves the subset (too long, a bare LF) and must be
+// handed over.
+func (c *frontConn) readHead() (int, error) {
+	for {
+		buf, _ := c.br.Peek(c.br.Buffered())
+		n, ok := headEnd(buf)
+		if !ok {
+			return 0, nil
+		}
+		if n > 0 {
+			return n, nil
+		}
+		if len(buf) >= frontMaxHead {
+			return 0, nil
+		}
+		if _, err := c.br.Peek(len(buf) + 1); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// handOver gives the connection, with the bytes read from it and not
+// consumed, to net/http; false when net/http no longer takes any.
+func (c *frontConn) handOver() bool {
+	var pending []byte
+	if n := c.br.Buffered(); n > 0 {
+		b, _ := c.br.Peek(n)
+		pending = append(pending, b...)
+	}
+	if c.cr.hasByte {
+		pending = append(pending, c.cr.b[0])
+	}
+	_ = c.c.SetDeadline(time.Time{})
+	c.f.mu.Lock()
+	delete(c.f.conns, c)
+	c.f.mu.Unlock()
+	// A connection handed over untouched (h2 after the handshake) goes
+	// as it is: net/http sees its *tls.Conn.
+	var conn net.Conn = c.c
+	if len(pending) > 0 {
+		conn = &replayConn{Conn: c.c, pending: pending, tls: c.tls}
+	}
+	if !c.f.handoff.push(conn) {
+		c.c.Close()
+	}
+	return true
+}
+
+// replayConn is a handed-over connection: its first reads return the
+// bytes the front had read.
+type replayConn struct {
+	net.Conn
+	pending []byte
+	tls     *tls.ConnectionState
+}
+
+func (r *replayConn) Read(p []byte) (int, error) {
+	if len(r.pending) > 0 {
+		n := copy(p, r.pending)
+		r.pending = r.pending[n:]
+		return n, nil
+	}
+	return r.Conn.Read(p)
+}
+
+// CloseWrite lets net/http half-close a TCP connection, as it does its
+// own.
+func (r *replayConn) CloseWrite() error {
+	if cw, ok := r.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// handoffListener yields the front's handed-over connections to
+// net/http's server.
+type handoffListener struct {
+	addr   net.Addr
+	conns  chan net.Conn
+	done   chan struct{}
+	closed sync.Once
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) push(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.close()
+	return nil
+}
+
+func (l *handoffListener) close() { l.closed.Do(func() { close(l.done) }) }
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+// serveRequest serves one request; false when the connection must close
+// (or is no longer the front's).
+func (c *frontConn) serveRequest(h *frontHead, body []byte) (keep bool) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	req := (&http.Request{
+		Method:        h.method,
+		URL:           h.url,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h.header,
+		Host:          h.host,
+		ContentLength: h.contentLength,
+		Close:         h.close,
+		RemoteAddr:    c.remote,
+		RequestURI:    h.target,
+		TLS:           c.tls,
+		Body:          http.NoBody,
+	}).WithContext(ctx)
+	if len(body) > 0 {
+		req.Body = io.NopCloser(&byteReader{b: body})
+	}
+	if d := c.f.srv.WriteTimeout; d > 0 {
+		_ = c.c.SetWriteDeadline(time.Now().Add(d))
+	}
+	w := &frontResponse{c: c, req: req, header: make(http.Header), cl: -1, wantsClose: h.close}
+	c.startWatch(cancel)
+	defer func() {
+		if p := recover(); p != nil {
+			c.stopWatch()
+			cancel()
+			if p != http.ErrAbortHandler {
+				buf := make([]byte, 64<<10)
+				buf = buf[:runtime.Stack(buf, false)]
+				c.f.logf("http: panic serving %v: %v\n%s", c.remote, p, buf)
+			}
+			if !w.hijacked {
+				_ = c.bw.Flush() // what was committed; the client sees the answer cut
+			}
+			keep = false
+		}
+	}()
+	c.f.handler.ServeHTTP(w, req)
+	c.stopWatch()
+	if w.hijacked {
+		cancel()
+		c.forget()
+		return false
+	}
+	w.finish()
+	cancel()
+	return !w.closeAfter && !c.clientGone.Load() && !c.f.inShutdown.Load()
+}
+
+// forget drops a hijacked connection from the front's.
+func (c *frontConn) forget() {
+	c.f.mu.Lock()
+	delete(c.f.conns, c)
+	c.f.mu.Unlock()
+}
+
+// startWatch arms the watcher for a request: past frontWatchAfter, a
+// read of the connection finds a client that left (and cancels the
+// request, as net/http's background read does).
+func (c *frontConn) startWatch(cancel context.CancelFunc) {
+	c.wmu.Lock()
+	c.wended = false
+	c.wcancel = cancel
+	c.wmu.Unlock()
+	if c.timer == nil {
+		c.timer = time.AfterFunc(frontWatchAfter, c.watch)
+		return
+	}
+	c.timer.Reset(frontWatchAfter)
+}
+
+func (c *frontConn) watch() {
+	c.wmu.Lock()
+	if c.wended || c.cr.hasByte {
+		c.wmu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	c.watching = done
+	cancel := c.wcancel
+	c.wmu.Unlock()
+	defer close(done)
+	n, err := c.c.Read(c.cr.b[:])
+	if n == 1 {
+		c.cr.hasByte = true // pipelined: the next request's first byte
+		return
+	}
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		c.clientGone.Store(true)
+		cancel()
+	}
+}
+
+// stopWatch ends the watcher of the request that ends.
+func (c *frontConn) stopWatch() {
+	c.timer.Stop()
+	c.wmu.Lock()
+	c.wended = true
+	done := c.watching
+	c.watching = nil
+	c.wmu.Unlock()
+	if done != nil {
+		_ = c.c.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		_ = c.c.SetReadDeadline(time.Time{})
+	}
+}
+
+// byteReader is a request body the front read whole.
+type byteReader struct{ b []byte }
+
+func (r *byteReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+func handshakeTimeout(srv *http.Server) time.Duration {
+	var d time.Duration
+	for _, v := range []time.Duration{srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout} {
+		if v > 0 && (d == 0 || v < d) {
+			d = v
+		}
+	}
+	return d
+}
+
+func idleTimeoutOf(srv *http.Server) time.Duration {
+	if srv.IdleTimeout != 0 {
+		return srv.IdleTimeout
+	}
+	return srv.ReadTimeout
+}
