@@ -30,7 +30,8 @@ Any member of the project may delete its finished runs, as any member may stop t
 gpud asks before deleting, unless --yes; with stdin not a terminal, --yes is required.
 
 Examples:
-   gpud stop train && gpud delete train
+   gpud stop train          # then, once gpud ps -a shows it terminated:
+   gpud delete train
    gpud delete --yes eval-1 eval-2
    gpud delete --all-finished --project research`,
 		Flags: clientFlags(
