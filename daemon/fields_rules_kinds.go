@@ -31,7 +31,8 @@ var otherKindRules = fieldRules{
 		Instead: "drop resources from the fleet and set them on the runs"}},
 	// A backend fleet (fleet_backend.go): its backends must be the
 	// project's (checked at apply, api_fleets.go).
-	"fleet:backends": {Proof: []string{"daemon.TestBackendFleetPlacesRunsOnItsBackendsWithinItsNodesMax", "daemon.TestBackendFleetApplyChecksItsBackendsAndReportsADeletedOne"},
+	"fleet:backends": {Proof: []string{"daemon.TestBackendFleetPlacesRunsOnItsBackendsWithinItsNodesMax", "daemon.TestKubernetesBackendFleetRunsATwoNodeTaskWithinItsNodesMax",
+		"daemon.TestBackendFleetApplyChecksItsBackendsAndReportsADeletedOne"},
 		Check: func(fc *fieldCheck, _ string) *refusal {
 			if fc.cfg.Fleet.SSHConfig != nil {
 				return &refusal{Why: "an SSH fleet's capacity is the hosts under ssh_config, a backend fleet's is its backends' offers: one fleet cannot be both",
