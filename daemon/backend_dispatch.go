@@ -263,6 +263,7 @@ func (s *dispatcher) pollOnce(ctx context.Context, g backendGang, missing map[st
 		}
 		s.withSpecPorts(m, &st)
 		s.applyAgentStatus(ctx, st)
+		s.noteBackendWaiting(ctx, g.name, st) // backend_waiting.go
 		if st.State != api.JobPulling {
 			s.followBackendLogs(g.backend, m.ID)
 		}

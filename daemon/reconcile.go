@@ -246,6 +246,9 @@ func (s *reconciler) runTransition(run store.Record, now time.Time) ([]store.Mut
 		// (autoscaling, a rolling update: autoscale.go, rollout.go).
 	case counts[store.JobProvisioning]+counts[store.JobPulling]+counts[store.JobRunning] > 0:
 		status, reason = store.RunProvisioning, "starting on its hosts"
+		if w := backendWaitReason(jobs); w != "" {
+			reason = w // a backend's queue (backend_waiting.go)
+		}
 	case counts[store.JobSubmitted] == len(jobs) && len(jobs) > 0 && notBefore.After(s.clock().Now()):
 		status, reason = store.RunPending, "scheduled: next start at "+notBefore.Format(time.RFC3339)
 		if st.RetryAt.Equal(notBefore) {

@@ -1,0 +1,119 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
+	"gpud.dev/gpud/plugins/slurm/slurmtest"
+)
+
+// slurmServer is a server without hosts whose project main has the
+// built-in Slurm backend "hpc" (run as `gpud plugin serve slurm`, a
+// subprocess of a gpud built for the test) on the real one-node Slurm of
+// .ci/slurm.sh (slurmrestd with JWT auth, 4 fake H100s as gres).
+func slurmServer(t *testing.T) (*testServer, *slurmtest.Cluster, string) {
+	t.Helper()
+	c := slurmtest.Find(t)
+	bin := os.Getenv(testutil.StaticGpudEnv)
+	if bin == "" {
+		var err error
+		if bin, err = testutil.BuildStaticGpud(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts := startServerWith(t, Options{NoLocalAgent: true, BuiltinBackends: []string{"slurm"}, PluginCommand: []string{bin, "plugin", "serve"}})
+	out := c.OutputDir(t)
+	cfg, err := json.Marshal(map[string]any{"url": c.URL, "user": c.User, "token": c.Token(t, c.User), "output_dir": out,
+		"partitions": []string{"gpu"}, "server_id": fmt.Sprintf("daemon-%d", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/backends", api.AddBackendRequest{Name: "hpc", Type: "slurm", Config: cfg}, nil)
+	return ts, c, out
+}
+
+// TestSlurmBackendRunsStopsAndFailsTasks is issue 18's Slurm acceptance
+// through the server: the offers show the node's 4 H100s; a 2-GPU task
+// runs in Slurm for real (its environment and the allocation's GPUs) and
+// its output reaches the run's logs (what `gpud logs` reads); a failing
+// task ends with its exit code; `gpud stop` cancels a running one
+// (scancel), which Slurm then runs no more.
+func TestSlurmBackendRunsStopsAndFailsTasks(t *testing.T) {
+	ts, c, _ := slurmServer(t)
+	var offers []api.Offer
+	ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/offers", nil, &offers)
+	gpus := 0.0
+	for _, o := range offers {
+		if o.Backend == "hpc" && o.Resources.GPUName == "H100" {
+			gpus += o.Resources.GPUs
+		}
+	}
+	if gpus != 4 {
+		t.Fatalf("offers: %+v", offers)
+	}
+
+	ts.submit("type: task\nname: two\ncommands:\n  - echo \"gpus=$CUDA_VISIBLE_DEVICES rank=$DSTACK_NODE_RANK nodes=$DSTACK_NODES_NUM per=$DSTACK_GPUS_PER_NODE run=$DSTACK_RUN_NAME\"\nresources:\n  gpu: H100:2\n")
+	ts.waitRun("two", "done", "", 2*time.Minute)
+	testutil.Eventually(t, time.Minute, func() error {
+		if logs := ts.logText("two"); !strings.Contains(logs, "gpus=0,1 rank=0 nodes=1 per=2 run=two") {
+			return fmt.Errorf("the run's logs: %q", logs)
+		}
+		return nil
+	})
+
+	ts.submit("type: task\nname: fails\ncommands:\n  - echo failing\n  - exit 3\nresources:\n  gpu: 1\n")
+	r := ts.waitRunEnd("fails", 2*time.Minute)
+	if r.Status != "failed" || r.ExitCode == nil || *r.ExitCode != 3 {
+		t.Fatalf("the failing run: %s (%s) %+v", r.Status, r.Reason, r.ExitCode)
+	}
+
+	ts.submit("type: task\nname: st\ncommands:\n  - echo started\n  - sleep 600\nresources:\n  gpu: 1\n")
+	ts.waitRun("st", "running", "", 2*time.Minute)
+	testutil.Eventually(t, time.Minute, func() error {
+		if logs := ts.logText("st"); !strings.Contains(logs, "started") {
+			return fmt.Errorf("the run's logs: %q", logs)
+		}
+		return nil
+	})
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/st/stop", api.StopRunRequest{}, nil)
+	ts.waitRun("st", "terminated", "", 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	testutil.Eventually(t, time.Minute, func() error {
+		out, err := c.Slurm(ctx, "", "squeue", "-h", "-o", "%j %T")
+		if err != nil {
+			return err
+		}
+		if strings.Contains(out, "RUNNING") || strings.Contains(out, "PENDING") {
+			return fmt.Errorf("Slurm still runs: %s", out)
+		}
+		return nil
+	})
+}
+
+// TestSlurmQueuedRunShowsSlurmsReason: while another user's job holds
+// the node's 4 GPUs, a 2-GPU run gpud admitted waits in Slurm's queue and
+// its reason (the run's, which `gpud ps` shows) names Slurm's: Resources;
+// it runs once the other job ends.
+func TestSlurmQueuedRunShowsSlurmsReason(t *testing.T) {
+	ts, c, _ := slurmServer(t)
+	holder := c.Hold(t, 4)
+	ts.submit("type: task\nname: q\ncommands:\n  - echo ran\nresources:\n  gpu: 2\n")
+	testutil.Eventually(t, 2*time.Minute, func() error {
+		r := ts.getRun("q")
+		if !strings.Contains(r.Reason, "PENDING (reason: Resources)") {
+			return fmt.Errorf("run q is %s (%s)", r.Status, r.Reason)
+		}
+		return nil
+	})
+	c.Cancel(holder)
+	ts.waitRun("q", "done", "", 2*time.Minute)
+}
