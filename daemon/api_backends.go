@@ -101,6 +101,20 @@ func (s *Server) handleAddBackend(w http.ResponseWriter, r *http.Request) error 
 		if err := checkServerLocal(config); err != nil {
 			return badField("config", "%v", err)
 		}
+		var fields map[string]any
+		if err := json.Unmarshal(config, &fields); err != nil {
+			return badField("config", "%v", err)
+		}
+		if err := checkBackendAddresses(r.Context(), fields); err != nil { // backends_ssrf.go
+			return badField("config", "%v", err)
+		}
+		if req.Type == "kubernetes" {
+			// Its plugin refuses those addresses at each connection too.
+			fields["deny_server_network"] = true
+			if config, err = json.Marshal(fields); err != nil {
+				return err
+			}
+		}
 	}
 	id := backendID(project, req.Name)
 	s.backends.ops.Lock()
@@ -179,6 +193,9 @@ func (s *Server) handleDeleteBackend(w http.ResponseWriter, r *http.Request) err
 	if s.backendSource(rec) == backendSourceConfig {
 		return conflict("backend %s comes from the server's configuration file: remove it there", name)
 	}
+	if vols := s.backendVolumesOf(project, name); len(vols) > 0 {
+		return conflict("backend %s keeps volumes %s: delete them first (gpud volume delete)", name, strings.Join(vols, ", "))
+	}
 	s.backends.mu.Lock()
 	e := s.backends.entries[id]
 	s.backends.mu.Unlock()
@@ -186,9 +203,6 @@ func (s *Server) handleDeleteBackend(w http.ResponseWriter, r *http.Request) err
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 		gangs, err := e.sup.List(ctx)
 		cancel()
-	if vols := s.backendVolumesOf(project, name); len(vols) > 0 {
-		return conflict("backend %s keeps volumes %s: delete them first (gpud volume delete)", name, strings.Join(vols, ", "))
-	}
 		if err != nil && !errors.Is(err, plugins.ErrUnsupported) {
 			return conflict("backend %s: cannot tell whether it runs gangs (%v): try again", name, err)
 		}

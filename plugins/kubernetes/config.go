@@ -3,15 +3,19 @@ package kubernetes
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"gpud.dev/gpud/internal/netguard"
 )
 
 // Config is a Kubernetes backend's configuration (a project's
@@ -56,6 +60,12 @@ type Config struct {
 	Region string `json:"region,omitempty"`
 	// TimeoutSeconds bounds each API call that is not a stream; default 30.
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// DenyServerNetwork makes every connection to the API server (and a
+	// proxy) refuse the server host's own and link-local addresses
+	// (internal/netguard) once resolved. The server sets it on a backend
+	// a project admin adds, so a name that resolves there later (DNS
+	// rebinding) reaches nothing the add-time check refused.
+	DenyServerNetwork bool `json:"deny_server_network,omitempty"`
 }
 
 // KAIConfig names how a cluster's KAI Scheduler reads queues and gangs.
@@ -194,6 +204,10 @@ func (c Config) restConfig() (*rest.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes backend: kubeconfig_data: %w", err)
 		}
+	}
+	if c.DenyServerNetwork {
+		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: netguard.Control}
+		rc.Dial = d.DialContext
 	}
 	rc.UserAgent = "gpud-kubernetes-backend"
 	// A 16-pod gang is 18 creates: do not let client-go's default 5 qps
