@@ -78,6 +78,7 @@ func TestBackendFleetPlacesRunsOnItsBackendsWithinItsNodesMax(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("three waits: %s", ts.getRun("three").WhyPending)
 	// A run that names no fleet uses the backend as capacity of its own.
 	ts.submit("type: task\nname: free\ncommands: [echo free]\nresources:\n  gpu: A100:1\n")
 	ts.waitRun("free", "done", "", time.Minute)
