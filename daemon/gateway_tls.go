@@ -48,7 +48,7 @@ type gatewayServer struct {
 	hosts hostCache
 
 	tls         *proxy.TLS // nil in GatewayTLSNone mode or when off
-	https, http *http.Server
+	https, http *proxy.Front // the gateway's own HTTP/1.1 front, net/http behind it
 	httpsAddr   string
 	httpAddr    string
 	// services serves a request whose host is a service's; nil until the
@@ -198,19 +198,23 @@ func (s *Server) startGateway(ctx context.Context, api http.Handler) error {
 				return fmt.Errorf("gateway: write the internal CA: %w", err)
 			}
 		}
-		g.https = &http.Server{Handler: front, ReadHeaderTimeout: 30 * time.Second, ErrorLog: errLog}
-		g.http = &http.Server{Handler: m.HTTPHandler(s.plainHost, front), ReadHeaderTimeout: 30 * time.Second, ErrorLog: errLog}
+		g.https = proxy.NewFront(&http.Server{Handler: front, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: gatewayIdleTimeout, ErrorLog: errLog})
+		g.http = proxy.NewFront(&http.Server{Handler: m.HTTPHandler(s.plainHost, front), ReadHeaderTimeout: 30 * time.Second, IdleTimeout: gatewayIdleTimeout, ErrorLog: errLog})
 		tlsLn := tls.NewListener(httpsLn, m.TLSConfig())
 		s.serveGateway(g.https, tlsLn)
 	} else {
-		g.http = &http.Server{Handler: front, ReadHeaderTimeout: 30 * time.Second, ErrorLog: errLog}
+		g.http = proxy.NewFront(&http.Server{Handler: front, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: gatewayIdleTimeout, ErrorLog: errLog})
 	}
 	s.serveGateway(g.http, httpLn)
 	s.log.Info().Str("https", g.httpsAddr).Str("http", g.httpAddr).Str("domain", o.Domain).Str("tls", mode).Msg("gateway listening")
 	return nil
 }
 
-func (s *Server) serveGateway(srv *http.Server, ln net.Listener) {
+// gatewayIdleTimeout closes a client's keep-alive connection idle that
+// long.
+const gatewayIdleTimeout = 2 * time.Minute
+
+func (s *Server) serveGateway(srv *proxy.Front, ln net.Listener) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -225,7 +229,7 @@ func (s *Server) serveGateway(srv *http.Server, ln net.Listener) {
 func (s *Server) closeGateway(ctx context.Context) error {
 	g := &s.gateway
 	var err error
-	for _, srv := range []*http.Server{g.https, g.http} {
+	for _, srv := range []*proxy.Front{g.https, g.http} {
 		if srv != nil {
 			if e := srv.Shutdown(ctx); e != nil {
 				err = errors.Join(err, srv.Close())

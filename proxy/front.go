@@ -253,16 +253,17 @@ const (
 
 // frontConn is one client connection on the front.
 type frontConn struct {
-	f       *Front
-	c       net.Conn
-	cr      connReader // under br: gives the watcher's byte back
-	br      *bufio.Reader
-	bw      *bufio.Writer
-	tls     *tls.ConnectionState
-	ctx     context.Context
-	remote  string
-	state   atomic.Int32
-	headBuf []byte // lent to the answers' headers
+	f        *Front
+	c        net.Conn
+	cr       connReader // under br: gives the watcher's byte back
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	tls      *tls.ConnectionState
+	ctx      context.Context
+	remote   string
+	state    atomic.Int32
+	headBuf  []byte // lent to the answers' headers
+	lastPOST bool   // the last request was a POST (leadingCRLF)
 
 	// The watcher of a long request (watch).
 	timer      *time.Timer
@@ -354,8 +355,18 @@ func (c *frontConn) serve() {
 		} else if d := srv.ReadTimeout; d > 0 {
 			_ = c.c.SetReadDeadline(time.Now().Add(d))
 		}
+		if c.lastPOST {
+			// RFC 9112 2.2: a client may send a CRLF after a POST's body
+			// (net/http skips up to four such bytes).
+			peek, _ := c.br.Peek(4)
+			_, _ = c.br.Discard(leadingCRLF(peek))
+			c.lastPOST = false
+		}
 		n, err := c.readHead()
 		if err != nil {
+			if c.br.Buffered() > 0 && !errors.Is(err, os.ErrDeadlineExceeded) {
+				handedOver = c.handOver() // net/http answers a cut head
+			}
 			return
 		}
 		if n == 0 {
@@ -368,28 +379,29 @@ func (c *frontConn) serve() {
 			handedOver = c.handOver()
 			return
 		}
+		c.lastPOST = h.method == "POST"
+		if _, err := c.br.Discard(n); err != nil {
+			return
+		}
 		var body []byte
+		var bodyErr error
 		if h.contentLength > 0 {
 			// Whole before the handler, under the head's deadline (the
 			// fast path's bodies are small; a larger one is net/http's).
-			if c.br.Buffered() < n+int(h.contentLength) {
-				if _, err := c.br.Discard(n); err != nil {
-					return
-				}
-				n = 0
-			}
 			body = make([]byte, h.contentLength)
-			if _, err := c.br.Discard(n); err != nil {
-				return
+			var got int
+			got, bodyErr = io.ReadFull(c.br, body)
+			if bodyErr != nil {
+				// The handler meets the error reading the body, as on
+				// net/http; the connection closes after its answer.
+				if errors.Is(bodyErr, io.EOF) {
+					bodyErr = io.ErrUnexpectedEOF
+				}
+				body = body[:got]
 			}
-			if _, err := io.ReadFull(c.br, body); err != nil {
-				return
-			}
-		} else if _, err := c.br.Discard(n); err != nil {
-			return
 		}
 		_ = c.c.SetReadDeadline(time.Time{})
-		if !c.serveRequest(&h, body) {
+		if !c.serveRequest(&h, body, bodyErr) || bodyErr != nil {
 			return
 		}
 	}
@@ -508,7 +520,7 @@ func (l *handoffListener) Addr() net.Addr { return l.addr }
 
 // serveRequest serves one request; false when the connection must close
 // (or is no longer the front's).
-func (c *frontConn) serveRequest(h *frontHead, body []byte) (keep bool) {
+func (c *frontConn) serveRequest(h *frontHead, body []byte, bodyErr error) (keep bool) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	req := (&http.Request{
 		Method:        h.method,
@@ -525,8 +537,8 @@ func (c *frontConn) serveRequest(h *frontHead, body []byte) (keep bool) {
 		TLS:           c.tls,
 		Body:          http.NoBody,
 	}).WithContext(ctx)
-	if len(body) > 0 {
-		req.Body = io.NopCloser(&byteReader{b: body})
+	if len(body) > 0 || bodyErr != nil {
+		req.Body = io.NopCloser(&byteReader{b: body, err: bodyErr})
 	}
 	if d := c.f.srv.WriteTimeout; d > 0 {
 		_ = c.c.SetWriteDeadline(time.Now().Add(d))
@@ -620,10 +632,16 @@ func (c *frontConn) stopWatch() {
 }
 
 // byteReader is a request body the front read whole.
-type byteReader struct{ b []byte }
+type byteReader struct {
+	b   []byte
+	err error // after b: nil for io.EOF
+}
 
 func (r *byteReader) Read(p []byte) (int, error) {
 	if len(r.b) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
 		return 0, io.EOF
 	}
 	n := copy(p, r.b)
@@ -646,4 +664,13 @@ func idleTimeoutOf(srv *http.Server) time.Duration {
 		return srv.IdleTimeout
 	}
 	return srv.ReadTimeout
+}
+
+// leadingCRLF counts the CR and LF bytes that start b.
+func leadingCRLF(b []byte) int {
+	n := 0
+	for n < len(b) && (b[n] == '\r' || b[n] == '\n') {
+		n++
+	}
+	return n
 }

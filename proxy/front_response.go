@@ -48,7 +48,7 @@ type frontResponse struct {
 	chunked   bool
 	written   int64
 	pending   []byte // body before the header is committed
-	pendingOn bool
+	sniff     []byte // the write that overflowed pending, for the type
 }
 
 // frontBuffered is how much body is kept before the header is sent, as
@@ -190,6 +190,9 @@ func (w *frontResponse) Write(p []byte) (int, error) {
 			w.pending = append(w.pending, p...)
 			return len(p), nil
 		}
+		// The type is sniffed from the body's start, as net/http does
+		// from the first bytes its buffer passes on.
+		w.sniff = p
 		w.commit()
 	}
 	if err := w.writeBody(p); err != nil {
@@ -241,8 +244,12 @@ func (w *frontResponse) commit() {
 		w.closeAfter = true
 	}
 	hasCL := w.cl != -1
-	if allowed && !w.hasType && !w.hasCE && !hasTE && len(p) > 0 {
-		b = appendHeader(b, "Content-Type", http.DetectContentType(p))
+	if allowed && !w.hasType && !w.hasCE && !hasTE && len(p)+len(w.sniff) > 0 {
+		first := p
+		if len(first) < 512 && len(w.sniff) > 0 {
+			first = append(first[:len(first):len(first)], w.sniff[:min(len(w.sniff), 512-len(first))]...)
+		}
+		b = appendHeader(b, "Content-Type", http.DetectContentType(first))
 	}
 	if !w.hasDate {
 		b = append(b, "Date: "...)
@@ -280,7 +287,7 @@ func (w *frontResponse) commit() {
 	_, _ = w.c.bw.Write(b)
 	w.c.headBuf = b[:0]
 	w.head = nil
-	w.pending = nil
+	w.pending, w.sniff = nil, nil
 	_ = w.writeBody(p)
 }
 

@@ -32,7 +32,7 @@ func (tlsTestHosts) WaitReplica(context.Context, *Service) (*Service, error) {
 // httpAddr (when set), answering every request with "hello from " and the
 // host; it stops when the test ends or stop is called.
 type tlsTestServer struct {
-	https, http *http.Server
+	https, http *Front // as the gateway's listeners serve
 }
 
 func startTLSTestServer(t *testing.T, m *TLS, httpsAddr, httpAddr string) *tlsTestServer {
@@ -40,7 +40,7 @@ func startTLSTestServer(t *testing.T, m *TLS, httpsAddr, httpAddr string) *tlsTe
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "hello from "+hostOnly(r.Host))
 	})
-	s := &tlsTestServer{https: &http.Server{Handler: app, ReadHeaderTimeout: 10 * time.Second}}
+	s := &tlsTestServer{https: NewFront(&http.Server{Handler: app, ReadHeaderTimeout: 10 * time.Second})}
 	ln, err := net.Listen("tcp", httpsAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func startTLSTestServer(t *testing.T, m *TLS, httpsAddr, httpAddr string) *tlsTe
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.http = &http.Server{Handler: m.HTTPHandler(nil, nil), ReadHeaderTimeout: 10 * time.Second}
+		s.http = NewFront(&http.Server{Handler: m.HTTPHandler(nil, nil), ReadHeaderTimeout: 10 * time.Second})
 		go func() { _ = s.http.Serve(hl) }()
 	}
 	t.Cleanup(s.stop)

@@ -50,7 +50,7 @@ type StandaloneOptions struct {
 type Standalone struct {
 	opts        StandaloneOptions
 	tls         *TLS
-	https, http *http.Server
+	https, http *Front // the gateway's own HTTP/1.1 front, net/http behind it
 	httpsLn     net.Listener
 	httpLn      net.Listener
 	base        *url.URL
@@ -103,7 +103,7 @@ func NewStandalone(ctx context.Context, opts StandaloneOptions) (*Standalone, er
 	}
 	front := http.HandlerFunc(g.serve)
 	if opts.Source == "" {
-		g.http = &http.Server{Handler: front, ReadHeaderTimeout: 30 * time.Second, ErrorLog: debugLog(opts.Log)}
+		g.http = NewFront(&http.Server{Handler: front, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: debugLog(opts.Log)})
 		return g, nil
 	}
 	if g.httpsLn, err = net.Listen("tcp", opts.HTTPSListen); err != nil {
@@ -117,8 +117,8 @@ func NewStandalone(ctx context.Context, opts StandaloneOptions) (*Standalone, er
 		_ = g.httpsLn.Close()
 		return nil, err
 	}
-	g.https = &http.Server{Handler: front, ReadHeaderTimeout: 30 * time.Second, ErrorLog: debugLog(opts.Log)}
-	g.http = &http.Server{Handler: g.tls.HTTPHandler(g.plainHost, front), ReadHeaderTimeout: 30 * time.Second, ErrorLog: debugLog(opts.Log)}
+	g.https = NewFront(&http.Server{Handler: front, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: debugLog(opts.Log)})
+	g.http = NewFront(&http.Server{Handler: g.tls.HTTPHandler(g.plainHost, front), ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: debugLog(opts.Log)})
 	return g, nil
 }
 
