@@ -47,7 +47,7 @@ type gatewayServer struct {
 	// hosts caches which service a hostname reaches (gateway_hosts.go).
 	hosts hostCache
 
-	tls         *proxy.TLS // nil in GatewayTLSNone mode or when off
+	tls         *proxy.TLS   // nil in GatewayTLSNone mode or when off
 	https, http *proxy.Front // the gateway's own HTTP/1.1 front, net/http behind it
 	httpsAddr   string
 	httpAddr    string

@@ -36,19 +36,19 @@ type frontResponse struct {
 	closeAfter  bool
 	wantsClose  bool // the request's Connection: close
 
-	head      []byte   // the handler's header, rendered at WriteHeader, without the framing ones
-	cl        int64    // the handler's Content-Length, -1 if none
-	te        string   // its Transfer-Encoding
-	conn      []string // its Connection
-	hasDate   bool
-	hasType   bool
-	hasCE     bool
-	trailers  []string // declared by the Trailer header
-	prefixed  bool     // a http.TrailerPrefix key was set before the header went
-	chunked   bool
-	written   int64
-	pending   []byte // body before the header is committed
-	sniff     []byte // the write that overflowed pending, for the type
+	head     []byte   // the handler's header, rendered at WriteHeader, without the framing ones
+	cl       int64    // the handler's Content-Length, -1 if none
+	te       string   // its Transfer-Encoding
+	conn     []string // its Connection
+	hasDate  bool
+	hasType  bool
+	hasCE    bool
+	trailers []string // declared by the Trailer header
+	prefixed bool     // a http.TrailerPrefix key was set before the header went
+	chunked  bool
+	written  int64
+	pending  []byte // body before the header is committed
+	sniff    []byte // the write that overflowed pending, for the type
 }
 
 // frontBuffered is how much body is kept before the header is sent, as
