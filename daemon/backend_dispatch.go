@@ -122,6 +122,7 @@ func (s *dispatcher) startBackendGang(ctx context.Context, g backendGang, queue 
 		}
 		gang.Jobs = append(gang.Jobs, spec)
 	}
+	withoutImages(ctx, g.backend, gang.Jobs) // backend_images.go
 	for _, m := range g.jobs {
 		err := s.updateJob(ctx, m.ID, func(j *store.Record, _ *jobRecordSpec) (bool, []store.Mutation) {
 			if j.Status != store.JobProvisioning {

@@ -22,7 +22,7 @@ import (
 
 // backendFeatures are the features the server knows to ask about; each
 // backend node carries a label per feature, "yes" or "no" (hosts none).
-var backendFeatures = []string{plugins.FeaturePrivileged, plugins.FeatureShmSize, plugins.FeaturePorts, plugins.FeatureService, plugins.FeatureVolumes}
+var backendFeatures = []string{plugins.FeaturePrivileged, plugins.FeatureShmSize, plugins.FeaturePorts, plugins.FeatureService, plugins.FeatureVolumes, plugins.FeatureImage}
 
 // featureLabel is the node label that says whether a backend node's
 // backend advertises feature f.

@@ -117,3 +117,15 @@ func TestSlurmQueuedRunShowsSlurmsReason(t *testing.T) {
 	c.Cancel(holder)
 	ts.waitRun("q", "done", "", 2*time.Minute)
 }
+
+// TestSlurmBackendRefusesImagesByName: the Slurm backend runs commands on
+// its nodes without a container (Info.NoImage), so a run that sets
+// image, python or nvcc is refused by the plan naming the backend and
+// the field, while a run without one gets no default image and runs.
+func TestSlurmBackendRefusesImagesByName(t *testing.T) {
+	ts, _, _ := slurmServer(t)
+	ts.refusedAt("type: task\nname: img\nimage: busybox\ncommands:\n  - echo hi\nresources:\n  gpu: 1\n", "image", "job backend hpc (slurm)", "does not advertise image")
+	ts.refusedAt("type: task\nname: py\npython: \"3.11\"\ncommands:\n  - python --version\nresources:\n  gpu: 1\n", "python", "job backend hpc (slurm)", "does not advertise image")
+	ts.submit("type: task\nname: noimg\ncommands:\n  - echo no image\nresources:\n  gpu: 1\n")
+	ts.waitRun("noimg", "done", "", 2*time.Minute)
+}

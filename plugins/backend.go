@@ -83,6 +83,11 @@ type Info struct {
 	// another field off the backend. The list is additive within one
 	// protocol version: an older plugin sends none, and honours none.
 	Features []string `json:"features,omitempty"`
+	// NoImage: the backend runs a job's commands on its nodes without a
+	// container (Slurm), so a job's image is not honoured: the server
+	// refuses runs that set one there and sends no default image. False,
+	// what every older plugin sends, means images run (FeatureImage).
+	NoImage bool `json:"no_image,omitempty"`
 }
 
 // The features a job backend may advertise in Info.Features.
@@ -98,10 +103,16 @@ const (
 	FeatureService = "service"
 	// FeatureVolumes: instance volumes (host paths) are mounted.
 	FeatureVolumes = "volumes"
+	// FeatureImage: the job runs in its image. Unlike the others it is
+	// implied: every backend honours it unless its Info sets NoImage.
+	FeatureImage = "image"
 )
 
 // Supports reports whether the backend advertises feature f.
 func (i Info) Supports(f string) bool {
+	if f == FeatureImage {
+		return !i.NoImage
+	}
 	for _, x := range i.Features {
 		if x == f {
 			return true

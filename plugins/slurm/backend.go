@@ -56,11 +56,14 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 }
 
 // Info implements plugins.Backend. The backend honours none of the
-// optional job features: a batch job has no container (privileged,
-// shm_size), no published ports or services, and gpud mounts no
-// volumes on the nodes.
+// optional job features: a batch job runs its commands on the nodes, with
+// no container (NoImage: no image, privileged or shm_size), no published
+// ports or services, and gpud mounts no volumes there. Slurm 22.05 can
+// run OCI containers (the container field, with oci.conf and a runtime
+// on every node), but it takes an unpacked bundle's path, not an image
+// reference: nothing gpud could give it.
 func (b *Backend) Info(context.Context) (plugins.Info, error) {
-	return plugins.Info{Type: "slurm", Protocol: plugins.ProtocolVersion, Jobs: true, Version: Version, Features: []string{}}, nil
+	return plugins.Info{Type: "slurm", Protocol: plugins.ProtocolVersion, Jobs: true, Version: Version, Features: []string{}, NoImage: true}, nil
 }
 
 func (b *Backend) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -72,6 +72,8 @@ func (b *Backend) checkJob(spec api.JobSpec) error {
 	switch {
 	case spec.ID == "":
 		return fmt.Errorf("slurm backend: a job of the gang has no id")
+	case spec.Image != "":
+		return fmt.Errorf("%s: image %s: a Slurm job runs its commands on the nodes, without a container", where, spec.Image)
 	case spec.Privileged:
 		return fmt.Errorf("%s: privileged: a Slurm job has no container to make privileged", where)
 	case spec.ShmSize > 0:
