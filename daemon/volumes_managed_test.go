@@ -251,10 +251,11 @@ func TestManagedVolumeAttacksAreRefused(t *testing.T) {
 		t.Errorf("re-apply of alice's volume by bob: %d, want 403", st)
 	}
 	ts.must(http.StatusNoContent, alice, "DELETE", "/api/v1/projects/main/volumes/mine", nil, nil)
-	// Backends gpud has no hosts of are refused by name.
+	// A backend the project does not have is refused by name (a project
+	// with a Kubernetes backend: volumes_backend_test.go).
 	status, se = ts.call(alice, "POST", "/api/v1/projects/main/volumes/apply", api.ApplyRequest{ConfigurationYAML: "type: volume\nname: k\nbackend: kubernetes\nsize: 10GB\n", Filename: "k.yml"}, nil)
-	if status != http.StatusUnprocessableEntity || !strings.Contains(strings.Join(se.Errors, " "), "no kubernetes backend on this server") {
-		t.Errorf("a kubernetes volume: %d %q, want 422 naming the backend", status, se.Errors)
+	if status != http.StatusBadRequest || se.Field != "configuration.backend" || !strings.Contains(se.Message, `no backend "kubernetes" in project "main"`) {
+		t.Errorf("a kubernetes volume: %d %+v, want 400 naming the backend", status, se)
 	}
 }
 
