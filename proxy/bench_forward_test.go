@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"bufio"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -38,5 +41,44 @@ func BenchmarkGatewayForward(b *testing.B) {
 	for range b.N {
 		w := &discardWriter{h: http.Header{}}
 		g.ServeHTTP(w, req)
+	}
+}
+
+// BenchmarkFrontGateway is one GET on a kept-alive client connection
+// through the gateway served by its Front, in process, to a replica on
+// loopback: the front's and the gateway's allocations and CPU per
+// request (the replica's and the client's own included).
+//
+//	go test ./proxy -run '^$' -bench BenchmarkFrontGateway -benchmem -memprofile /tmp/front.mem
+func BenchmarkFrontGateway(b *testing.B) {
+	backend := httptest.NewServer(benchBackend())
+	defer backend.Close()
+	g, err := New(newResolver(&Service{Project: "bench", Run: "svc", Hosts: []string{benchHost}, MinReplicas: 1,
+		Replicas: []Replica{{ID: "backend", Addr: strings.TrimPrefix(backend.URL, "http://")}}}), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := serveFront(b, g)
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	req := []byte("GET /v1/health HTTP/1.1\r\nHost: " + benchHost + "\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	br := bufio.NewReader(c)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != 200 {
+			b.Fatal(resp.StatusCode, err)
+		}
+		resp.Body.Close()
 	}
 }

@@ -264,6 +264,7 @@ type frontConn struct {
 	state    atomic.Int32
 	headBuf  []byte // lent to the answers' headers
 	lastPOST bool   // the last request was a POST (leadingCRLF)
+	pendBuf  []byte // lent to the answers' first body bytes
 
 	// The watcher of a long request (watch).
 	timer      *time.Timer
@@ -543,7 +544,10 @@ func (c *frontConn) serveRequest(h *frontHead, body []byte, bodyErr error) (keep
 	if d := c.f.srv.WriteTimeout; d > 0 {
 		_ = c.c.SetWriteDeadline(time.Now().Add(d))
 	}
-	w := &frontResponse{c: c, req: req, header: make(http.Header), cl: -1, wantsClose: h.close}
+	if c.pendBuf == nil {
+		c.pendBuf = make([]byte, 0, frontBuffered)
+	}
+	w := &frontResponse{c: c, req: req, header: make(http.Header), cl: -1, wantsClose: h.close, pending: c.pendBuf[:0]}
 	c.startWatch(cancel)
 	defer func() {
 		if p := recover(); p != nil {

@@ -22,6 +22,16 @@ import (
 type rawIO struct {
 	raw  syscall.RawConn
 	conn net.Conn
+
+	// The callbacks and their arguments and results, made once per
+	// connection (a closure per call would be an allocation per call).
+	// The read side and the write side are apart: a hijacked connection
+	// may be read and written from two goroutines.
+	readFn, writeFn, sendFn func(fd uintptr) bool
+	rp, wp                  []byte
+	rn, wn                  int
+	rerrno, werrno          syscall.Errno
+	sent                    bool
 }
 
 // newRawIO returns a rawIO for c, or nil when c is no socket.
@@ -39,28 +49,19 @@ func newRawIO(c net.Conn) *rawIO {
 	if err != nil {
 		return nil
 	}
-	return &rawIO{raw: raw, conn: c}
+	r := &rawIO{raw: raw, conn: c}
+	r.readFn, r.writeFn, r.sendFn = r.readCallback, r.writeCallback, r.sendCallback
+	return r
 }
 
 func (r *rawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := r.raw.Read(func(fd uintptr) bool {
-		for {
-			r1, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				return false // wait in the netpoller
-			}
-			n, errno = int(r1), e
-			return true
-		}
-	})
+	r.rp, r.rn, r.rerrno = p, 0, 0
+	err := r.raw.Read(r.readFn)
+	n, errno := r.rn, r.rerrno
+	r.rp = nil
 	switch {
 	case err != nil:
 		return 0, err
@@ -72,34 +73,53 @@ func (r *rawIO) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (r *rawIO) Write(p []byte) (int, error) {
-	written := 0
-	var errno syscall.Errno
-	err := r.raw.Write(func(fd uintptr) bool {
-		for written < len(p) {
-			// sendto with MSG_NOSIGNAL: a closed peer is EPIPE, never SIGPIPE.
-			r1, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&p[written])), uintptr(len(p)-written), unix.MSG_NOSIGNAL, 0, 0)
-			switch e {
-			case 0:
-				written += int(r1)
-				continue
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				return false // the socket's buffer is full: wait
-			}
-			errno = e
-			return true
+func (r *rawIO) readCallback(fd uintptr) bool {
+	for {
+		r1, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&r.rp[0])), uintptr(len(r.rp)))
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false // wait in the netpoller
 		}
+		r.rn, r.rerrno = int(r1), e
 		return true
-	})
+	}
+}
+
+func (r *rawIO) Write(p []byte) (int, error) {
+	r.wp, r.wn, r.werrno = p, 0, 0
+	err := r.raw.Write(r.writeFn)
+	n, errno := r.wn, r.werrno
+	r.wp = nil
 	switch {
 	case err != nil:
-		return written, err
+		return n, err
 	case errno != 0:
-		return written, os.NewSyscallError("write", errno)
+		return n, os.NewSyscallError("write", errno)
 	}
-	return written, nil
+	return n, nil
+}
+
+// writeCallback writes r.wp from r.wn on; false: the socket's buffer is
+// full, wait.
+func (r *rawIO) writeCallback(fd uintptr) bool {
+	for r.wn < len(r.wp) {
+		// sendto with MSG_NOSIGNAL: a closed peer is EPIPE, never SIGPIPE.
+		r1, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&r.wp[r.wn])), uintptr(len(r.wp)-r.wn), unix.MSG_NOSIGNAL, 0, 0)
+		switch e {
+		case 0:
+			r.wn += int(r1)
+			continue
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		r.werrno = e
+		return true
+	}
+	return true
 }
 
 // sendThenWait writes b and waits until the connection is readable (an
@@ -109,36 +129,37 @@ func (r *rawIO) Write(p []byte) (int, error) {
 // the socket's readiness, so the answer's arrival cannot be missed. n is
 // what was written; with n < len(b) and no error the socket's buffer was
 // full and the caller writes the rest itself.
-func (r *rawIO) sendThenWait(b []byte) (n int, err error) {
-	var errno syscall.Errno
-	sent, stop := false, false
-	err = r.raw.Read(func(fd uintptr) bool {
-		if sent {
-			return true // readable
-		}
-		sent = true
-		for n < len(b) {
-			r1, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&b[n])), uintptr(len(b)-n), unix.MSG_NOSIGNAL, 0, 0)
-			switch e {
-			case 0:
-				n += int(r1)
-				continue
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-			default:
-				errno = e
-			}
-			stop = true
-			return true
-		}
-		return len(b) == 0
-	})
+func (r *rawIO) sendThenWait(b []byte) (int, error) {
+	r.wp, r.wn, r.werrno, r.sent = b, 0, 0, false
+	err := r.raw.Read(r.sendFn)
+	n, errno := r.wn, r.werrno
+	r.wp = nil
 	if err == nil && errno != 0 {
 		err = os.NewSyscallError("sendto", errno)
 	}
-	_ = stop
 	return n, err
+}
+
+func (r *rawIO) sendCallback(fd uintptr) bool {
+	if r.sent {
+		return true // readable
+	}
+	r.sent = true
+	for r.wn < len(r.wp) {
+		r1, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&r.wp[r.wn])), uintptr(len(r.wp)-r.wn), unix.MSG_NOSIGNAL, 0, 0)
+		switch e {
+		case 0:
+			r.wn += int(r1)
+			continue
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+		default:
+			r.werrno = e
+		}
+		return true // the caller writes the rest, or fails
+	}
+	return len(r.wp) == 0 // all sent: wait for the answer
 }
 
 // peekEmpty says whether a socket has nothing to read and is not closed
