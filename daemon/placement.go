@@ -496,15 +496,15 @@ func (s *Server) placedOffers(project string, run store.Record, req taskRequest,
 	nums := &instanceNumbers{s: s}
 	out := offers[:0]
 	for _, o := range offers {
-		inst, err := s.store.Instances().Get(o.Instance)
-		if err != nil {
-			continue
-		}
 		if o.Fleet == "" { // a job backend's offer: through which fleet, if any (fleet_backend_plan.go)
 			if fleet, ok := s.placedBackendOffer(project, rs, req, o); ok {
 				o.Fleet = fleet
 				out = append(out, o)
 			}
+			continue
+		}
+		inst, err := s.store.Instances().Get(o.Instance)
+		if err != nil {
 			continue
 		}
 		h, ok := s.placeHostOf(inst)
