@@ -174,6 +174,16 @@ func (b *Backend) Stop(ctx context.Context, gang string, grace time.Duration) er
 		b.cleanUp(gang)
 		return nil
 	}
+	if b.tasksEnded(gang, j) {
+		// Every task wrote its exit code: Slurm is only completing the
+		// batch script. Cancel what is left of it and clean up now (no
+		// second Stop comes for a gang whose jobs have all finished).
+		if err := b.cancel(ctx, j.JobID, ""); err != nil {
+			return fmt.Errorf("slurm backend: stop gang %s (job %d): %w", gang, j.JobID, err)
+		}
+		b.cleanUp(gang)
+		return nil
+	}
 	b.mu.Lock()
 	b.stopped[gang] = true
 	b.mu.Unlock()
@@ -239,4 +249,19 @@ func finishedState(s string) bool {
 		return true
 	}
 	return false
+}
+
+// tasksEnded reports whether every task of gang's job j wrote its exit
+// code.
+func (b *Backend) tasksEnded(gang string, j slurmJob) bool {
+	_, _, ids, ok := parseComment(j.Comment)
+	if !ok || len(ids) == 0 {
+		return false
+	}
+	for rank := range ids {
+		if _, wrote := b.exitCode(gang, rank); !wrote {
+			return false
+		}
+	}
+	return true
 }

@@ -37,7 +37,7 @@ func (b *Backend) jobRank(ctx context.Context, job string) (gang string, rank in
 		return "", 0, err
 	}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readGangFile(filepath.Dir(f), "jobs")
 		if err != nil {
 			continue
 		}
@@ -69,9 +69,9 @@ func (b *Backend) Logs(ctx context.Context, job string, follow bool, emit func(a
 	if d, ok := strings.CutPrefix(gang, "dir:"); ok {
 		dir = filepath.Join(b.cfg.OutputDir, d)
 	}
-	out := filepath.Join(dir, "rank-"+strconv.Itoa(rank)+".out")
+	out := "rank-" + strconv.Itoa(rank) + ".out"
 	ended := func() bool {
-		if _, err := os.Stat(filepath.Join(dir, "rank-"+strconv.Itoa(rank)+".exit")); err == nil {
+		if _, err := readGangFile(dir, "rank-"+strconv.Itoa(rank)+".exit"); err == nil {
 			return true
 		}
 		if strings.HasPrefix(gang, "dir:") {
@@ -84,7 +84,7 @@ func (b *Backend) Logs(ctx context.Context, job string, follow bool, emit func(a
 	}
 	var f *os.File
 	for {
-		f, err = os.Open(out)
+		f, err = openGangFile(dir, out)
 		if err == nil {
 			break
 		}
@@ -171,13 +171,13 @@ func emitLine(base time.Time, off int64, line string, emit func(api.JobLogEntry)
 // startTime is when the gang's batch script began (its "started" file),
 // the base of its lines' times.
 func startTime(dir string) time.Time {
-	data, err := os.ReadFile(filepath.Join(dir, "started"))
+	data, err := readGangFile(dir, "started")
 	if err == nil {
 		if s, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil {
 			return time.Unix(s, 0).UTC()
 		}
 	}
-	if st, err := os.Stat(dir); err == nil {
+	if st, err := os.Lstat(dir); err == nil {
 		return st.ModTime().UTC().Truncate(time.Second)
 	}
 	return time.Unix(0, 0).UTC()

@@ -108,7 +108,8 @@ func taskScript(g plugins.Gang, dir string, gpus int) string {
 	s.WriteString("unset GPUD_SLURM_TASK\n")
 	s.WriteString("rank=${SLURM_NODEID:-0}\n")
 	// The allocation's hosts, as addresses where they resolve.
-	s.WriteString(`hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null) || hosts=$(hostname)
+	s.WriteString(`hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null) || hosts=""
+[ -n "$hosts" ] || hosts=$(printf '%s' "${SLURM_JOB_NODELIST:-$(hostname)}" | tr ',' ' ')
 ips=""
 for h in $hosts; do
   ip=$(getent ahostsv4 "$h" 2>/dev/null | awk 'NR==1{print $1}')

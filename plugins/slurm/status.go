@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -48,7 +47,7 @@ func (b *Backend) Status(ctx context.Context, gang string) ([]api.JobStatus, err
 // rankJobs are the gang's job ids from its output directory's jobs file,
 // for a Slurm job slurmctld has forgotten.
 func (b *Backend) rankJobs(gang string) []string {
-	data, err := os.ReadFile(b.gangDir(gang) + "/jobs")
+	data, err := readGangFile(b.gangDir(gang), "jobs")
 	if err != nil {
 		return nil
 	}
@@ -57,7 +56,7 @@ func (b *Backend) rankJobs(gang string) []string {
 
 // exitCode reads the code rank's task wrote when its command ended.
 func (b *Backend) exitCode(gang string, rank int) (int, bool) {
-	data, err := os.ReadFile(b.gangDir(gang) + "/rank-" + strconv.Itoa(rank) + ".exit")
+	data, err := readGangFile(b.gangDir(gang), "rank-"+strconv.Itoa(rank)+".exit")
 	if err != nil {
 		return 0, false
 	}
@@ -134,11 +133,14 @@ func (b *Backend) rankStatus(gang string, rank int, id string, j slurmJob, known
 		st.State, st.Reason = api.JobTerminated, api.ExitStopped
 		return st
 	}
+	if wrote && code == 0 && state != "OUT_OF_MEMORY" {
+		// This task ended well; another of the gang failed, or Slurm
+		// was cancelling what was left of the batch script.
+		st.State = api.JobDone
+		return st
+	}
 	switch state {
 	case "FAILED":
-		if wrote && code == 0 {
-			st.State = api.JobDone // another task of the gang failed
-		}
 	case "CANCELLED":
 		if !wrote {
 			st.Reason, st.Message = api.ExitSignaled, "CANCELLED in Slurm (scancel by someone else, or an administrator)"
@@ -160,9 +162,6 @@ func (b *Backend) rankStatus(gang string, rank int, id string, j slurmJob, known
 		}
 	default:
 		st.Message = "Slurm job state " + j.JobState
-	}
-	if st.State == api.JobDone {
-		st.Reason = api.ExitExited
 	}
 	return st
 }
