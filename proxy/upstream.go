@@ -302,7 +302,7 @@ func (rep *replica) exchange(c *upConn, req *http.Request, head, body []byte, re
 	}
 	var resp *http.Response
 	for {
-		r, err := http.ReadResponse(c.br, req)
+		r, err := readResponse(c.br, req)
 		if err != nil {
 			if ctx.Err() != nil {
 				err = ctx.Err()
