@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"strings"
 )
 
 // The front's request parser (front.go): it accepts only a strict subset
@@ -100,6 +101,8 @@ func parseHead(head []byte) (h frontHead, ok bool) {
 	h.contentLength = 0
 	hosts, lengths, lines := 0, 0, 0
 	h.header = make(http.Header, 8)
+	// The values share one array: one allocation, not one per header.
+	vals := make([]string, 0, strings.Count(rest, "\r\n"))
 	for {
 		line, rest, found = cutCRLF(rest)
 		if !found {
@@ -142,7 +145,12 @@ func parseHead(head []byte) (h frontHead, ok bool) {
 				return h, false
 			}
 		}
-		h.header[key] = append(h.header[key], value)
+		if vv := h.header[key]; vv != nil {
+			h.header[key] = append(vv, value)
+		} else {
+			vals = append(vals, value)
+			h.header[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+		}
 	}
 	if rest != "" || hosts != 1 {
 		return h, false

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
+	"strings"
 )
 
 // readResponse reads a replica's answer to req from br: the common
@@ -52,6 +53,8 @@ func readSimpleResponse(br *bufio.Reader, req *http.Request) *http.Response {
 	}
 	status := line[9:]
 	header := make(http.Header, 8)
+	// The values share one array: one allocation, not one per header.
+	vals := make([]string, 0, strings.Count(rest, "\r\n"))
 	cl := int64(-1)
 	closing := false
 	for {
@@ -85,7 +88,12 @@ func readSimpleResponse(br *bufio.Reader, req *http.Request) *http.Response {
 				closing = true
 			}
 		}
-		header[key] = append(header[key], value)
+		if vv := header[key]; vv != nil {
+			header[key] = append(vv, value)
+		} else {
+			vals = append(vals, value)
+			header[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+		}
 	}
 	if cl < 0 || rest != "" {
 		return nil
