@@ -110,7 +110,7 @@ func (f *Front) Serve(ln net.Listener) error {
 			}
 		}
 		go func() {
-			if err := f.srv.Serve(f.handoff); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := f.srv.Serve(f.handoff); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 				f.logf("gateway front: the net/http server stopped: %v", err)
 			}
 		}()
@@ -157,7 +157,11 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	f.inShutdown.Store(true)
 	f.closeListeners()
 	errc := make(chan error, 1)
-	go func() { errc <- f.srv.Shutdown(ctx) }()
+	go func() {
+		err := f.srv.Shutdown(ctx)
+		f.handoff.close() // had net/http not served it yet
+		errc <- err
+	}()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -181,7 +185,9 @@ func (f *Front) Close() error {
 		c.c.Close()
 	}
 	f.mu.Unlock()
-	return f.srv.Close()
+	err := f.srv.Close()
+	f.handoff.close()
+	return err
 }
 
 func (f *Front) closeListeners() {
@@ -190,7 +196,8 @@ func (f *Front) closeListeners() {
 	for ln := range f.listeners {
 		_ = ln.Close()
 	}
-	f.handoff.close()
+	// The handed-over connections' listener closes with the http.Server
+	// (its Shutdown or Close), which then knows it is closed.
 }
 
 // closeIdle closes the connections waiting for a request; true when none
