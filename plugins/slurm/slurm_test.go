@@ -19,7 +19,7 @@ import (
 
 // newBackend is the backend on the test cluster, with its own output
 // directory.
-func newBackend(t *testing.T, c *slurmtest.Cluster, edit func(*slurm.Config)) *slurm.Backend {
+func newBackend(t testing.TB, c *slurmtest.Cluster, edit func(*slurm.Config)) *slurm.Backend {
 	t.Helper()
 	cfg := slurm.Config{URL: c.URL, User: c.User, Token: c.Token(t, c.User), OutputDir: c.OutputDir(t), ServerID: "test-" + fmt.Sprint(time.Now().UnixNano())}
 	if edit != nil {
