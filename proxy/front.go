@@ -324,9 +324,12 @@ func (c *frontConn) serve() {
 		}
 		if err := tc.HandshakeContext(c.ctx); err != nil {
 			var re tls.RecordHeaderError
-			if !errors.As(err, &re) || re.Conn == nil {
-				c.f.logf("http: TLS handshake error from %s: %v", c.remote, err)
+			if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader) {
+				// As net/http answers plain HTTP sent to its TLS port.
+				_, _ = io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+				return
 			}
+			c.f.logf("http: TLS handshake error from %s: %v", c.remote, err)
 			return
 		}
 		_ = c.c.SetDeadline(time.Time{})
@@ -337,7 +340,7 @@ func (c *frontConn) serve() {
 			return
 		}
 	}
-	for {
+	for first := true; ; first = false {
 		if c.br.Buffered() == 0 {
 			if c.f.inShutdown.Load() {
 				return
@@ -346,7 +349,11 @@ func (c *frontConn) serve() {
 			if c.f.inShutdown.Load() {
 				return
 			}
-			if d := idleTimeoutOf(srv); d > 0 {
+			if d := srv.ReadHeaderTimeout; first && d > 0 {
+				// A new connection has its head's time from the start,
+				// as on net/http; a kept-alive one waits IdleTimeout.
+				_ = c.c.SetReadDeadline(time.Now().Add(d))
+			} else if d := idleTimeoutOf(srv); d > 0 {
 				_ = c.c.SetReadDeadline(time.Now().Add(d))
 			} else {
 				_ = c.c.SetReadDeadline(time.Time{})
@@ -684,4 +691,14 @@ func leadingCRLF(b []byte) int {
 		n++
 	}
 	return n
+}
+
+// looksLikeHTTP says whether a TLS record header is the start of a
+// plain HTTP request.
+func looksLikeHTTP(hdr [5]byte) bool {
+	switch string(hdr[:]) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO":
+		return true
+	}
+	return false
 }

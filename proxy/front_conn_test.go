@@ -290,6 +290,16 @@ func TestFrontOverTLS(t *testing.T) {
 	if s := <-got; s.front || s.proto != "HTTP/2.0" || !s.tls {
 		t.Errorf("h2: %+v, want net/http's HTTP/2.0 with r.TLS", s)
 	}
+	plain, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	_ = plain.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(plain, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	if b, _ := io.ReadAll(plain); !strings.HasPrefix(string(b), "HTTP/1.0 400 Bad Request") {
+		t.Errorf("plain HTTP to the TLS port: %q, want net/http's 400", b)
+	}
 	req, _ = http.NewRequest("POST", "https://"+addr+"/", io.NopCloser(strings.NewReader("chunked")))
 	req.ContentLength = -1 // chunked: outside the front's subset
 	do(client(false), req)
