@@ -1,6 +1,10 @@
 package slurm
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -184,5 +188,44 @@ func TestLogsFollowNoLinkTheJobMade(t *testing.T) {
 	}
 	if _, err := openGangFile(link, "rank-0.out"); err == nil {
 		t.Fatal("a linked directory opened")
+	}
+}
+
+// TestForgottenJobIsReadFromItsExitCodes: a gang whose Slurm job
+// slurmctld no longer lists (MinJobAge after its end; a stub slurmrestd
+// answers an empty job list here, as the real one does then) is read from
+// the exit codes its tasks wrote: done, failed with the code, or lost
+// where a task wrote none.
+func TestForgottenJobIsReadFromItsExitCodes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"meta":{},"errors":[],"jobs":[]}`)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	b, err := New(Config{URL: srv.URL, User: "u", Token: "t", OutputDir: dir}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gdir := filepath.Join(dir, gangName("g"))
+	for name, data := range map[string]string{"": "", "jobs": "a\nb\nc\n", "rank-0.exit": "0\n", "rank-1.exit": "5\n"} {
+		if name == "" {
+			if err := os.Mkdir(gdir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(gdir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sts, err := b.Status(context.Background(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sts) != 3 || sts[0].State != api.JobDone || sts[1].State != api.JobFailed || sts[1].ExitCode != 5 || sts[2].Reason != api.ExitLost {
+		t.Fatalf("statuses: %+v", sts)
+	}
+	if sts, err := b.Status(context.Background(), "never"); err != nil || len(sts) != 0 {
+		t.Fatalf("a gang never submitted: %+v %v", sts, err)
 	}
 }

@@ -22,8 +22,8 @@ func (b *Backend) Status(ctx context.Context, gang string) ([]api.JobStatus, err
 	if err != nil {
 		return nil, fmt.Errorf("slurm backend: status of gang %s: %w", gang, err)
 	}
-	if !ok && j.JobID == 0 {
-		return nil, nil
+	if !ok && j.JobID == 0 && len(b.rankJobs(gang)) == 0 {
+		return nil, nil // never submitted (or cleaned up)
 	}
 	_, _, ids, parsed := parseComment(j.Comment)
 	if !parsed {
@@ -91,7 +91,7 @@ func (b *Backend) rankStatus(gang string, rank int, id string, j slurmJob, known
 			return st
 		}
 		st.State, st.Reason, st.ExitCode = api.JobFailed, api.ExitLost, -1
-		st.Message = fmt.Sprintf("Slurm no longer knows job %d and its task wrote no exit code", j.JobID)
+		st.Message = "Slurm no longer knows the gang's job and its task wrote no exit code"
 		return st
 	}
 	state := baseState(j.JobState)
