@@ -135,6 +135,14 @@ func (s *Server) createBackendVolume(ctx context.Context, project string, v *api
 	if err != nil {
 		return err
 	}
+	// A claim is made once: a re-apply that asks for another one (a
+	// size, class or modes the claim was not made with) would be ignored
+	// by the backend, so it is refused.
+	want := claimRequest(v)
+	if st.onBackend() && !st.Registered && st.Requested != "" && st.Requested != want {
+		return conflict("volume %q is the claim %s, made with %s; gpud does not change a claim (now %s): apply it unchanged, or delete it (its data goes) and apply it again",
+			v.Name, st.VolumeID, st.Requested, want)
+	}
 	cctx, cancel := context.WithTimeout(ctx, volumeBackendTimeout)
 	defer cancel()
 	got, err := b.CreateVolume(cctx, spec)
@@ -153,7 +161,23 @@ func (s *Server) createBackendVolume(ctx context.Context, project string, v *api
 	}
 	st.VolumeID, st.Backend, st.BackendName, st.BackendType = got.ID, "", name, typ
 	st.Registered, st.State, st.Size = v.ClaimName != "", got.State, int64(got.Size)
+	if !st.Registered {
+		st.Requested = want
+	}
 	return nil
+}
+
+// claimRequest says what a new claim is made of, to tell a re-apply that
+// asks for another.
+func claimRequest(v *api.VolumeSpec) string {
+	class, modes := v.StorageClassName, strings.Join(v.AccessModes, ",")
+	if class == "" {
+		class = "the default class"
+	}
+	if modes == "" {
+		modes = "ReadWriteOnce"
+	}
+	return fmt.Sprintf("size %s, %s, %s", v.Size, class, modes)
 }
 
 // deleteBackendVolume deletes the backend's claim of a volume gpud made;

@@ -219,6 +219,7 @@ func TestKubernetesVolumeBadInputIsRefusedAndLosesNothing(t *testing.T) {
 	// A change the volume cannot take is refused; it stays as it was.
 	refused("main", "type: volume\nname: data\nbackend: local\n", http.StatusConflict, "", "claim "+data.Claim)
 	refused("main", "type: volume\nname: data\nbackend: kubernetes\nclaim_name: other\n", http.StatusConflict, "", "delete it first")
+	refused("main", "type: volume\nname: data\nbackend: kubernetes\nsize: 2GB\n", http.StatusConflict, "", "made with size 1GB", "does not change a claim")
 	vs := ts.volumes("main")
 	if len(vs) != 1 || vs[0].Name != "data" || vs[0].Claim != data.Claim {
 		t.Fatalf("after the refusals the volumes are %+v, want data as it was", vs)

@@ -55,6 +55,8 @@ type volumeState struct {
 	BackendType string `json:"backend_type,omitempty"`
 	Registered  bool   `json:"registered,omitempty"`
 	State       string `json:"state,omitempty"`
+	// Requested is what a claim gpud made was made of (claimRequest).
+	Requested string `json:"requested,omitempty"`
 }
 
 func volumeRecordID(project, name string) string { return project + "/" + name }
