@@ -365,10 +365,12 @@ func (c *frontConn) serve() {
 		if !c.state.CompareAndSwap(stateIdle, stateActive) && c.state.Load() != stateActive {
 			return // Shutdown closed it
 		}
-		if d := srv.ReadHeaderTimeout; d > 0 {
-			_ = c.c.SetReadDeadline(time.Now().Add(d))
-		} else if d := srv.ReadTimeout; d > 0 {
-			_ = c.c.SetReadDeadline(time.Now().Add(d))
+		// The head's deadline, unless the head is whole in the buffer
+		// already (most are, after the first read): then no read needs it.
+		headDeadline := false
+		if buf, _ := c.br.Peek(c.br.Buffered()); !headWhole(buf) || c.lastPOST {
+			c.setHeadDeadline(srv)
+			headDeadline = true
 		}
 		if c.lastPOST {
 			// RFC 9112 2.2: a client may send a CRLF after a POST's body
@@ -400,6 +402,10 @@ func (c *frontConn) serve() {
 		}
 		var body []byte
 		var bodyErr error
+		if h.contentLength > 0 && c.br.Buffered() < int(h.contentLength) && !headDeadline {
+			c.setHeadDeadline(srv)
+			headDeadline = true
+		}
 		if h.contentLength > 0 {
 			// Whole before the handler, under the head's deadline (the
 			// fast path's bodies are small; a larger one is net/http's).
@@ -415,7 +421,9 @@ func (c *frontConn) serve() {
 				body = body[:got]
 			}
 		}
-		_ = c.c.SetReadDeadline(time.Time{})
+		if headDeadline {
+			_ = c.c.SetReadDeadline(time.Time{})
+		}
 		if !c.serveRequest(&h, body, bodyErr) || bodyErr != nil {
 			return
 		}
@@ -618,6 +626,9 @@ func (c *frontConn) watch() {
 		c.wmu.Unlock()
 		return
 	}
+	// No deadline of the head's or the idle wait's for the watch; set
+	// under the lock, so that stopWatch's comes after it.
+	_ = c.c.SetReadDeadline(time.Time{})
 	done := make(chan struct{})
 	c.watching = done
 	cancel := c.wcancel
@@ -701,4 +712,22 @@ func looksLikeHTTP(hdr [5]byte) bool {
 		return true
 	}
 	return false
+}
+
+// setHeadDeadline bounds the reading of a request's head and body.
+func (c *frontConn) setHeadDeadline(srv *http.Server) {
+	if d := srv.ReadHeaderTimeout; d > 0 {
+		_ = c.c.SetReadDeadline(time.Now().Add(d))
+	} else if d := srv.ReadTimeout; d > 0 {
+		_ = c.c.SetReadDeadline(time.Now().Add(d))
+	} else {
+		_ = c.c.SetReadDeadline(time.Time{})
+	}
+}
+
+// headWhole says whether buf holds a whole head (or bytes that leave the
+// subset at once).
+func headWhole(buf []byte) bool {
+	n, ok := headEnd(buf)
+	return n > 0 || !ok
 }

@@ -174,7 +174,8 @@ func TestFrontShutdownWaitsForRequestsAndClosesIdleConnections(t *testing.T) {
 }
 
 // TestFrontCancelsTheRequestOfAClientThatLeft: a handler waiting on its
-// request's context learns that the client closed the connection.
+// request's context learns that the client closed the connection, also
+// after the head's deadline (ReadHeaderTimeout) has passed.
 func TestFrontCancelsTheRequestOfAClientThatLeft(t *testing.T) {
 	cancelled := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -184,7 +185,7 @@ func TestFrontCancelsTheRequestOfAClientThatLeft(t *testing.T) {
 		case <-time.After(30 * time.Second):
 		}
 	})
-	_, addr := startFront(t, &http.Server{Handler: h}, nil)
+	f, addr := startFront(t, &http.Server{Handler: h, ReadHeaderTimeout: 200 * time.Millisecond}, nil)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +193,20 @@ func TestFrontCancelsTheRequestOfAClientThatLeft(t *testing.T) {
 	if _, err := io.WriteString(c, "GET /wait HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond) // past frontWatchAfter: the watcher reads
+	sent := time.Now()
+	testutil.Eventually(t, 10*time.Second, func() error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for fc := range f.conns {
+			fc.wmu.Lock()
+			watching := fc.watching != nil
+			fc.wmu.Unlock()
+			if watching && time.Since(sent) > 400*time.Millisecond {
+				return nil // watching, and the head's deadline is long past
+			}
+		}
+		return errors.New("the connection is not watched yet, or the head's deadline has not passed")
+	})
 	c.Close()
 	select {
 	case <-cancelled:
