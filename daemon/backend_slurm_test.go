@@ -129,3 +129,37 @@ func TestSlurmBackendRefusesImagesByName(t *testing.T) {
 	ts.submit("type: task\nname: noimg\ncommands:\n  - echo no image\nresources:\n  gpu: 1\n")
 	ts.waitRun("noimg", "done", "", 2*time.Minute)
 }
+
+// TestSlurmWrongTokenIsRefusedAtAdd: a wrong JWT, a wrong API version and
+// an unknown partition fail at backend add (the plugin's check against
+// the real slurmrestd), naming what is wrong, and the stored backend of
+// the same name keeps running jobs.
+func TestSlurmWrongTokenIsRefusedAtAdd(t *testing.T) {
+	ts, c, out := slurmServer(t)
+	good := map[string]any{"url": c.URL, "user": c.User, "token": c.Token(t, c.User), "output_dir": out}
+	for _, tc := range []struct {
+		key  string
+		val  any
+		want string
+	}{
+		{"token", "eyJhbGciOiJIUzI1NiJ9.e30.wrong", "refused user " + c.User + "'s token"},
+		{"api_version", "v0.0.99", "does not serve API version v0.0.99"},
+		{"partitions", []string{"nope"}, `"nope" is not a partition of the cluster`},
+	} {
+		bad := map[string]any{}
+		for k, v := range good {
+			bad[k] = v
+		}
+		bad[tc.key] = tc.val
+		cfg, err := json.Marshal(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, e := ts.call(ts.admin, "POST", "/api/v1/projects/main/backends", api.AddBackendRequest{Name: "hpc", Type: "slurm", Config: cfg}, nil)
+		if msg := e.Message + strings.Join(e.Errors, "\n"); code == http.StatusOK || !strings.Contains(msg, tc.want) {
+			t.Fatalf("%s at backend add: %d %v, want %q", tc.key, code, e, tc.want)
+		}
+	}
+	ts.submit("type: task\nname: after\ncommands:\n  - echo still here\nresources:\n  gpu: 1\n")
+	ts.waitRun("after", "done", "", 2*time.Minute)
+}
