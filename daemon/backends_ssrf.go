@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net"
@@ -11,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goccy/go-yaml"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"gpud.dev/gpud/internal/netguard"
 )
@@ -68,32 +69,19 @@ func (c addrChecker) checkURL(field, raw string) error {
 	return nil
 }
 
-// kubeconfigURLs are the addresses a kubeconfig's clusters are reached
-// at: each cluster's server and proxy-url, by field path.
-func kubeconfigURLs(data string) (map[string]string, error) {
-	var kc struct {
-		Clusters []struct {
-			Name    string `yaml:"name"`
-			Cluster struct {
-				Server   string `yaml:"server"`
-				ProxyURL string `yaml:"proxy-url"`
-			} `yaml:"cluster"`
-		} `yaml:"clusters"`
-	}
-	if err := yaml.Unmarshal([]byte(data), &kc); err != nil {
+// kubeconfigFields reads a kubeconfig the way client-go does (YAML to
+// JSON, the last of duplicate keys winning) into plain values, so that
+// every address in it is walked whatever its key's case.
+func kubeconfigFields(data string) (any, error) {
+	js, err := sigsyaml.YAMLToJSON([]byte(data))
+	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
-	for i, c := range kc.Clusters {
-		at := fmt.Sprintf("kubeconfig_data: clusters[%d] (%s)", i, c.Name)
-		if c.Cluster.Server != "" {
-			out[at+".cluster.server"] = c.Cluster.Server
-		}
-		if c.Cluster.ProxyURL != "" {
-			out[at+".cluster.proxy-url"] = c.Cluster.ProxyURL
-		}
+	var v any
+	if err := json.Unmarshal(js, &v); err != nil {
+		return nil, err
 	}
-	return out, nil
+	return v, nil
 }
 
 // checkBackendAddresses refuses, for a caller who is not a global admin,
@@ -106,24 +94,31 @@ func checkBackendAddresses(ctx context.Context, fields map[string]any) error {
 	walk = func(path string, v any) error {
 		switch v := v.(type) {
 		case string:
-			if strings.HasSuffix(path, "kubeconfig_data") {
-				urls, err := kubeconfigURLs(v)
+			if path == "kubeconfig_data" {
+				kc, err := kubeconfigFields(v)
 				if err != nil {
 					return fmt.Errorf("%s: not a kubeconfig: %v", path, err)
 				}
-				for _, at := range slices.Sorted(maps.Keys(urls)) {
-					if err := c.checkURL(at, urls[at]); err != nil {
-						return err
-					}
-				}
-				return nil
+				return walk(path+":", kc)
 			}
 			if strings.Contains(v, "://") {
 				return c.checkURL(path, v)
 			}
+			// A kubeconfig's server may omit the scheme (client-go
+			// then speaks https).
+			if key := strings.ToLower(path[strings.LastIndexByte(path, '.')+1:]); strings.HasPrefix(path, "kubeconfig_data:") && (key == "server" || key == "proxy-url") && v != "" {
+				return c.checkURL(path, "https://"+v)
+			}
 		case map[string]any:
 			for _, k := range slices.Sorted(maps.Keys(v)) {
-				if err := walk(strings.TrimPrefix(path+"."+k, "."), v[k]); err != nil {
+				sub := path + "." + k
+				switch {
+				case path == "":
+					sub = k
+				case strings.HasSuffix(path, ":"):
+					sub = path + " " + k // inside kubeconfig_data
+				}
+				if err := walk(sub, v[k]); err != nil {
 					return err
 				}
 			}

@@ -48,6 +48,8 @@ func TestProjectAdminCannotPointABackendAtTheServersOwnNetwork(t *testing.T) {
 	}{
 		{map[string]any{"kubeconfig_data": kubeconfig}, []string{"kubeconfig_data", "cluster.server", server[1], "loopback", "global admin"}},
 		{map[string]any{"kubeconfig_data": withServer("http://169.254.169.254")}, []string{"cluster.server", "169.254.169.254", "link-local"}},
+		{map[string]any{"kubeconfig_data": withServer(strings.TrimPrefix(server[1], "https://"))}, []string{"cluster.server", "loopback"}},
+		{map[string]any{"kubeconfig_data": strings.Replace(kubeconfig, "server:", "Server:", 1)}, []string{"cluster.Server", "loopback"}},
 		{map[string]any{"kubeconfig_data": withServer("https://localhost" + port)}, []string{"cluster.server", "localhost resolves to", "loopback"}},
 		{map[string]any{"kubeconfig_data": withServer("https://[::1]" + port)}, []string{"loopback"}},
 		{map[string]any{"kubeconfig_data": withServer("https://[::ffff:127.0.0.1]" + port)}, []string{"loopback"}},
