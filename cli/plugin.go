@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"gpud.dev/gpud/plugins"
+	"gpud.dev/gpud/plugins/aws"
 	"gpud.dev/gpud/plugins/kubernetes"
 	"gpud.dev/gpud/plugins/slurm"
 )
@@ -18,6 +19,13 @@ import (
 // heavy SDK stays out of the server (DESIGN.md §8).
 func builtinBackends() plugins.Builtins {
 	return plugins.Builtins{
+		"aws": func(raw json.RawMessage, log zerolog.Logger) (plugins.Backend, error) {
+			var cfg aws.Config
+			if err := strictJSON(raw, &cfg); err != nil {
+				return nil, fmt.Errorf("aws backend: %w", err)
+			}
+			return aws.New(cfg, log)
+		},
 		"kubernetes": func(raw json.RawMessage, _ zerolog.Logger) (plugins.Backend, error) {
 			var cfg kubernetes.Config
 			if err := strictJSON(raw, &cfg); err != nil {

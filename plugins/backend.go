@@ -145,7 +145,9 @@ type Gang struct {
 
 // InstanceRequest asks an instance backend for a machine.
 type InstanceRequest struct {
-	ID        string                `json:"id"`
+	ID string `json:"id"`
+	// Project is the project whose fleet the machine joins (tags, names).
+	Project   string                `json:"project,omitempty"`
 	Offer     api.Offer             `json:"offer"`
 	Spot      bool                  `json:"spot,omitempty"`
 	Register  RegistrationSettings  `json:"register"`
@@ -169,6 +171,17 @@ type Instance struct {
 	Price    float64 `json:"price"`
 	State    string  `json:"state"`
 	Hostname string  `json:"hostname,omitempty"`
+	// RequestID is the InstanceRequest.ID the machine was made for;
+	// Type its instance type, Spot whether it is a spot instance.
+	RequestID string `json:"request_id,omitempty"`
+	Type      string `json:"type,omitempty"`
+	Spot      bool   `json:"spot,omitempty"`
+	// Reason says why the machine is in its state, as the cloud says it
+	// ("Server.SpotInstanceTermination: ..."); Interrupted is set when
+	// the cloud took it back (a spot interruption), so its runs retry
+	// with the interruption event.
+	Reason      string `json:"reason,omitempty"`
+	Interrupted bool   `json:"interrupted,omitempty"`
 }
 
 // Volume is a network volume a backend made or registered.

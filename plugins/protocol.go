@@ -187,6 +187,7 @@ var backendServiceDesc = grpc.ServiceDesc{
 		unary("Stop", (*backendServer).stop),
 		unary("CreateInstance", (*backendServer).createInstance),
 		unary("TerminateInstance", (*backendServer).terminateInstance),
+		unary("Instances", (*backendServer).instances), // optional: InstanceLister (instances.go)
 		unary("CreateVolume", (*backendServer).createVolume),
 		unary("DeleteVolume", (*backendServer).deleteVolume),
 	},
