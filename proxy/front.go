@@ -49,12 +49,8 @@ type Front struct {
 	listeners  map[net.Listener]struct{}
 	conns      map[*frontConn]struct{}
 	baseCtx    context.Context
+	scanning   atomic.Bool // the watch scanner runs (front_watch.go)
 }
-
-// frontWatchAfter is how long a request runs before the front starts
-// watching its connection for the client leaving (which cancels the
-// request's context, as net/http does from the start).
-const frontWatchAfter = 5 * time.Millisecond
 
 // NewFront returns a front for srv; srv serves what the front hands over
 // and must not be served or shut down on its own (use the Front's Serve,
@@ -273,8 +269,9 @@ type frontConn struct {
 	lastPOST bool   // the last request was a POST (leadingCRLF)
 	pendBuf  []byte // lent to the answers' first body bytes
 
-	// The watcher of a long request (watch).
-	timer      *time.Timer
+	// The watcher of a long request (front_watch.go).
+	reqStart   atomic.Int64 // monotonic nanoseconds of the request's start; 0 between requests
+	wstarted   bool
 	wmu        sync.Mutex
 	wended     bool
 	wcancel    context.CancelFunc
@@ -307,9 +304,6 @@ func (c *frontConn) serve() {
 	defer func() {
 		if handedOver {
 			return
-		}
-		if c.timer != nil {
-			c.timer.Stop()
 		}
 		c.c.Close()
 		c.state.Store(stateClosed)
@@ -603,61 +597,6 @@ func (c *frontConn) forget() {
 	c.f.mu.Lock()
 	delete(c.f.conns, c)
 	c.f.mu.Unlock()
-}
-
-// startWatch arms the watcher for a request: past frontWatchAfter, a
-// read of the connection finds a client that left (and cancels the
-// request, as net/http's background read does).
-func (c *frontConn) startWatch(cancel context.CancelFunc) {
-	c.wmu.Lock()
-	c.wended = false
-	c.wcancel = cancel
-	c.wmu.Unlock()
-	if c.timer == nil {
-		c.timer = time.AfterFunc(frontWatchAfter, c.watch)
-		return
-	}
-	c.timer.Reset(frontWatchAfter)
-}
-
-func (c *frontConn) watch() {
-	c.wmu.Lock()
-	if c.wended || c.cr.hasByte {
-		c.wmu.Unlock()
-		return
-	}
-	// No deadline of the head's or the idle wait's for the watch; set
-	// under the lock, so that stopWatch's comes after it.
-	_ = c.c.SetReadDeadline(time.Time{})
-	done := make(chan struct{})
-	c.watching = done
-	cancel := c.wcancel
-	c.wmu.Unlock()
-	defer close(done)
-	n, err := c.c.Read(c.cr.b[:])
-	if n == 1 {
-		c.cr.hasByte = true // pipelined: the next request's first byte
-		return
-	}
-	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		c.clientGone.Store(true)
-		cancel()
-	}
-}
-
-// stopWatch ends the watcher of the request that ends.
-func (c *frontConn) stopWatch() {
-	c.timer.Stop()
-	c.wmu.Lock()
-	c.wended = true
-	done := c.watching
-	c.watching = nil
-	c.wmu.Unlock()
-	if done != nil {
-		_ = c.c.SetReadDeadline(time.Unix(1, 0))
-		<-done
-		_ = c.c.SetReadDeadline(time.Time{})
-	}
 }
 
 // byteReader is a request body the front read whole.
