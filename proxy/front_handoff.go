@@ -99,4 +99,3 @@ func (l *handoffListener) Close() error {
 func (l *handoffListener) close() { l.closed.Do(func() { close(l.done) }) }
 
 func (l *handoffListener) Addr() net.Addr { return l.addr }
-
