@@ -60,7 +60,11 @@ slurm_write_config() {
   mem=$((mem * 3 / 4))
   # Four fake GPUs (gres type h100, which offers name H100): character devices with NVIDIA's major number. slurmd only
   # checks that the files exist (task/none: no cgroup device constraint).
-  for i in 0 1 2 3; do mknod -m 666 "$d/dev/nvidia$i" c 195 "$i"; done
+  # Where the container may not make device nodes (no CAP_MKNOD), empty files
+  # stand in: slurmd only stats them.
+  for i in 0 1 2 3; do
+    mknod -m 666 "$d/dev/nvidia$i" c 195 "$i" 2>/dev/null || : >"$d/dev/nvidia$i"
+  done
   # The JWT key (HS256) slurmctld signs and checks tokens with.
   head -c 32 /dev/urandom >"$d/etc/jwt_hs256.key"
   chmod 600 "$d/etc/jwt_hs256.key"
