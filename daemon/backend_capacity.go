@@ -75,6 +75,7 @@ func backendOfNode(node string) (project, name string, ok bool) {
 func (s *Server) startJobBackends() {
 	s.refreshBackendCapacity(s.ctx, true)
 	s.wg.Go(func() { s.jobBackendLoop(s.ctx) })
+	s.startFleetAutoscaler() // backend fleets on instance backends (fleet_autoscale.go)
 }
 
 // jobBackendLoop refreshes the backends' capacity (every

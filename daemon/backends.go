@@ -45,6 +45,8 @@ type backendSet struct {
 	// capacity is the job backends' offers as scheduler nodes
 	// (backend_capacity.go).
 	capacity backendCapacity
+	// autoscale is the backend fleets' autoscaler (fleet_autoscale.go).
+	autoscale fleetAutoscaler
 }
 
 // backendEntry is one configured backend's plugin.

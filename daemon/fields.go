@@ -347,8 +347,13 @@ func (s *Server) checkRunFields(project string, cfg *api.Config) (fieldVerdict, 
 
 // checkKindFields applies the field rules to a configuration that is not
 // a run (fleets, queues): there are no targets to choose, so a field is
-// honoured or refused outright.
-func checkKindFields(cfg *api.Config) api.ErrorList {
+// honoured or refused outright. where gives the server and project a
+// value-dependent Check may consult (a fleet's backends).
+func checkKindFields(cfg *api.Config, where ...fieldCheck) api.ErrorList {
+	kc := fieldCheck{cfg: cfg}
+	if len(where) > 0 {
+		kc.srv, kc.project = where[0].srv, where[0].project
+	}
 	if r, ok := rules[string(cfg.Kind)+":"]; ok && r.All != nil {
 		return api.ErrorList{refusedError(cfg, "type", "", *r.All)} // the whole kind
 	}
@@ -365,7 +370,7 @@ func checkKindFields(cfg *api.Config) api.ErrorList {
 		case r.All != nil:
 			errs = append(errs, refusedError(cfg, p, "", *r.All))
 		case r.Check != nil:
-			if rf := r.Check(&fieldCheck{cfg: cfg}, p); rf != nil {
+			if rf := r.Check(&kc, p); rf != nil {
 				errs = append(errs, refusedError(cfg, p, "", *rf))
 			} else {
 				continue

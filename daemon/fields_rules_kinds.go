@@ -1,9 +1,30 @@
 package daemon
 
 // provisioningRefusal is why the fields of fleets that gpud would have to
-// provision wait: no backend can create instances yet.
-var provisioningRefusal = &refusal{Why: "gpud provisions no instances yet (no cloud backend; Kubernetes and Slurm are job backends, which run jobs, not a fleet's hosts)",
-	Instead: "list existing hosts under ssh_config, or register hosts with `gpud fleet token` and `gpud agent --server URL --token T`"}
+// provision, and does not pass to the cloud yet, wait.
+var provisioningRefusal = &refusal{Why: "gpud does not pass this field to the machines it provisions yet (backend fleets on aws take regions, instance_types, spot_policy, max_price and idle_duration)",
+	Instead: "drop it; list existing hosts under ssh_config, register hosts with `gpud fleet token` and `gpud agent --server URL --token T`, or use a backend fleet on aws"}
+
+// autoscaleProof is the e2e test of fleet autoscaling on the AWS backend
+// (against the local EC2 endpoint).
+const autoscaleProof = "daemon.TestAWSFleetScalesUpForATwoNodeTaskAndBackToZeroWhenIdle"
+
+// fleetProvisions reports whether the fleet being checked is a backend
+// fleet naming an instance backend of its project (aws), whose machines
+// the autoscaler makes.
+func fleetProvisions(fc *fieldCheck) bool {
+	return fc.srv != nil && len(fc.cfg.Fleet.Backends) > 0 && fc.srv.fleetHasInstanceBackend(fc.project, fc.cfg.Fleet.Backends)
+}
+
+// provisioningCheck refuses a provisioning field outside a fleet that
+// provisions.
+func provisioningCheck(fc *fieldCheck, _ string) *refusal {
+	if fleetProvisions(fc) {
+		return nil
+	}
+	return &refusal{Why: "only a backend fleet on an instance backend (aws) provisions machines; this fleet's hosts are listed (ssh_config), registered, or a job backend's (Kubernetes, Slurm), which gpud does not create",
+		Instead: "name an instance backend in the fleet's backends (gpud backend add with type: aws), or drop the field"}
+}
 
 // otherKindRules are the fields of fleets, queues, volumes and gateways.
 // A key "kind:" alone covers the whole kind.
@@ -17,17 +38,20 @@ var otherKindRules = fieldRules{
 	"fleet:blocks":                     {All: &refusal{Why: "blocks do not split hosts yet", Instead: "drop blocks; a host's GPUs are shared job by job"}},
 	"fleet:nodes": {Subtree: true, Proof: []string{"daemon.TestRegisteredFleetTakesNoMoreHostsThanNodesMax", "daemon.TestBackendFleetPlacesRunsOnItsBackendsWithinItsNodesMax"},
 		Check: func(fc *fieldCheck, _ string) *refusal {
+			if n := fc.cfg.Fleet.Nodes; n != nil && (n.Min > 0 || n.Target > 0) && len(fc.cfg.Fleet.Backends) > 0 && !fleetProvisions(fc) {
+				return &refusal{Why: "job backends create no machines, so a backend fleet without an instance backend (aws) has no instances to keep up to a minimum or target (its nodes max caps the jobs its runs hold at once)",
+					Instead: "write nodes: 0..N (or {max: N}) to cap the fleet's runs at N nodes, or name an instance backend (type aws) in the fleet's backends"}
+			}
 			if n := fc.cfg.Fleet.Nodes; n != nil && (n.Min > 0 || n.Target > 0) && len(fc.cfg.Fleet.Backends) > 0 {
-				return &refusal{Why: "job backends create no machines, so a backend fleet has no instances to keep up to a minimum or target (its nodes max caps the jobs its runs hold at once); the first backend that provisions instances comes with issue 18",
-					Instead: "write nodes: 0..N (or {max: N}) to cap the fleet's runs at N nodes"}
+				return nil // kept up by the autoscaler (fleet_autoscale.go)
 			}
 			if n := fc.cfg.Fleet.Nodes; n != nil && (n.Min > 0 || n.Target > 0) {
-				return &refusal{Why: "gpud provisions no instances yet, so it cannot bring a fleet up to a minimum or target of hosts (only the maximum caps how many hosts register)",
+				return &refusal{Why: "gpud provisions hosts only for backend fleets on an instance backend (aws), so it cannot bring this fleet up to a minimum or target of hosts (only the maximum caps how many hosts register)",
 					Instead: "write nodes: 0..N and register N hosts with `gpud fleet token` and `gpud agent --server URL --token T`, or list them under ssh_config"}
 			}
 			return nil
 		}},
-	"fleet:resources": {All: &refusal{Why: "gpud provisions no instances yet, and a backend fleet's resources do not filter its backends' offers: each run's own resources are matched against hosts and offers",
+	"fleet:resources": {All: &refusal{Why: "a fleet's resources do not filter its hosts nor its backends' offers (an autoscaled fleet provisions what its waiting runs ask for): each run's own resources are matched against hosts and offers",
 		Instead: "drop resources from the fleet and set them on the runs"}},
 	// A backend fleet (fleet_backend.go): its backends must be the
 	// project's (checked at apply, api_fleets.go).
@@ -40,13 +64,16 @@ var otherKindRules = fieldRules{
 			}
 			return nil
 		}},
-	"fleet:regions":            {All: provisioningRefusal},
+	// A backend fleet on an instance backend provisions machines
+	// (fleet_autoscale*.go); elsewhere these refuse.
+	"fleet:regions":            {Proof: []string{autoscaleProof}, Check: provisioningCheck},
 	"fleet:availability_zones": {All: provisioningRefusal},
-	"fleet:instance_types":     {All: provisioningRefusal},
-	"fleet:reservation":        {All: provisioningRefusal},
-	"fleet:spot_policy":        {All: provisioningRefusal},
-	"fleet:max_price":          {All: provisioningRefusal},
-	"fleet:idle_duration":      {All: provisioningRefusal},
+	"fleet:instance_types":     {Proof: []string{autoscaleProof}, Check: provisioningCheck},
+	"fleet:reservation": {All: &refusal{Why: "capacity reservations are not passed to the cloud yet (the aws backend's RunInstances has no CapacityReservationSpecification)",
+		Instead: "drop reservation; an EC2 capacity reservation with open matching is used by RunInstances of its type and zone without naming it"}},
+	"fleet:spot_policy":   {Proof: []string{autoscaleProof}, Check: provisioningCheck},
+	"fleet:max_price":     {Proof: []string{autoscaleProof, "daemon.TestAWSFleetMaxPriceBelowEveryOfferLeavesTheRunPendingSayingSo"}, Check: provisioningCheck},
+	"fleet:idle_duration": {Proof: []string{autoscaleProof}, Check: provisioningCheck},
 	"fleet:retry":              {All: provisioningRefusal},
 	"fleet:tags":               {All: provisioningRefusal},
 	"fleet:env":                {All: &refusal{Why: "a fleet's env is not passed to its hosts' agents yet", Instead: "set env on the runs"}},

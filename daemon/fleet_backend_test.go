@@ -123,7 +123,7 @@ func TestBackendFleetApplyChecksItsBackendsAndReportsADeletedOne(t *testing.T) {
 		{"other", "type: fleet\nname: x\nbackends: [test]\nnodes: 0..2\n", http.StatusBadRequest, `no backend of type or name "test" in project "other"`},
 		{"main", "type: fleet\nname: x\nbackends: [ssh]\nnodes: 0..2\n", http.StatusBadRequest, "names gpud's own hosts"},
 		{"main", "type: fleet\nname: x\nbackends: [test]\nnodes: 2\n", http.StatusUnprocessableEntity, "job backends create no machines"},
-		{"main", "type: fleet\nname: x\nbackends: [test]\nnodes: {min: 0, target: 1, max: 2}\n", http.StatusUnprocessableEntity, "issue 18"},
+		{"main", "type: fleet\nname: x\nbackends: [test]\nnodes: {min: 0, target: 1, max: 2}\n", http.StatusUnprocessableEntity, "without an instance backend (aws)"},
 		{"main", "type: fleet\nname: x\nbackends: [test]\nssh_config:\n  user: u\n  identity_file: /k\n  hosts: [h]\n", http.StatusUnprocessableEntity, "cannot be both"},
 	} {
 		code, e := ts.applyFleet(c.project, c.yaml)

@@ -198,7 +198,7 @@ func (s *Server) readApplyConfig(w http.ResponseWriter, r *http.Request, role st
 	if err != nil {
 		return "", caller{}, nil, err
 	}
-	if el := checkKindFields(cfg); len(el) > 0 {
+	if el := checkKindFields(cfg, fieldCheck{srv: s, project: project}); len(el) > 0 {
 		return "", caller{}, nil, notHonoured(el)
 	}
 	return project, c, cfg, nil

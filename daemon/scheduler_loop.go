@@ -115,6 +115,7 @@ func (s *scheduler) cycle(ctx context.Context) error {
 			if j.Status != store.JobSubmitted || j.Instance != "" {
 				continue
 			}
+			why := s.autoscaleJobReason(j, why) // what its fleet provisions for it (fleet_autoscale.go)
 			if cur, err := s.jobSpec(j); err != nil || cur.WhyPending == why {
 				continue // (a corrupt job is not in the snapshot, and was logged)
 			}

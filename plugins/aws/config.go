@@ -40,6 +40,11 @@ type Config struct {
 	// InstallCommand is a shell command the user data runs when gpud is
 	// not on the image's PATH (it must leave gpud on the PATH).
 	InstallCommand string `json:"install_command,omitempty"`
+	// RegistrationURL is the server's registration address as the
+	// machines reach it (https://gpud.example.com:7443); default the
+	// address the server listens on (gpud serve --registration-listen),
+	// which is right only where the machines reach that address.
+	RegistrationURL string `json:"registration_url,omitempty"`
 	// ServerID tells this server's machines from another gpud's in the
 	// same account (tag gpud:server); default "gpud".
 	ServerID string `json:"server_id,omitempty"`
@@ -90,6 +95,12 @@ func (c Config) validate() error {
 		u, err := url.Parse(c.EndpointURL)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 			return fmt.Errorf("aws backend: endpoint_url %q: an http(s) URL", c.EndpointURL)
+		}
+	}
+	if c.RegistrationURL != "" {
+		u, err := url.Parse(c.RegistrationURL)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return fmt.Errorf("aws backend: registration_url %q: an https:// URL (the agents' tunnel is TLS)", c.RegistrationURL)
 		}
 	}
 	if len(c.Regions) > 1 && (c.SubnetID != "" || len(c.SecurityGroupIDs) > 0 || c.AMI != "") {

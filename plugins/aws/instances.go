@@ -100,6 +100,9 @@ func (b *Backend) CreateInstance(ctx context.Context, req plugins.InstanceReques
 	if err != nil {
 		return plugins.Instance{}, err
 	}
+	if b.cfg.RegistrationURL != "" {
+		req.Register.ServerURL = b.cfg.RegistrationURL
+	}
 	script, err := UserData(req.Register, req.ID, b.cfg.InstallCommand)
 	if err != nil {
 		return plugins.Instance{}, err

@@ -1,0 +1,143 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
+	"gpud.dev/gpud/plugins/aws"
+	"gpud.dev/gpud/plugins/aws/ec2fake"
+)
+
+// awsServer starts a server with registration on and the built-in aws
+// backend (the static gpud's `plugin serve aws`) on a local EC2 endpoint,
+// added to project main as "aws".
+func awsServer(t *testing.T) (*testServer, *ec2fake.Server, string) {
+	t.Helper()
+	bin := staticGpud(t)
+	ec2 := ec2fake.Start("us-east-1", "us-west-2")
+	t.Cleanup(ec2.Close)
+	ts := startServerWith(t, Options{Runtime: "process", NoLocalAgent: true, RegistrationListen: "127.0.0.1:0",
+		BuiltinBackends: []string{"aws"}, PluginCommand: []string{bin, "plugin", "serve"}})
+	cfg := func(key string) json.RawMessage {
+		b, err := json.Marshal(map[string]any{"regions": []string{"us-east-1", "us-west-2"}, "access_key_id": key, "secret_access_key": ec2fake.Secret,
+			"endpoint_url": ec2.URL, "ami_lookup": map[string]any{"owners": []string{"self"}, "name": "gpud-*"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// Wrong credentials fail at backend add, not at the first run.
+	if code, e := ts.call(ts.admin, "POST", "/api/v1/projects/main/backends", api.AddBackendRequest{Name: "aws", Type: "aws", Config: cfg("AKIAWRONGKEY")}, nil); code == http.StatusOK ||
+		!strings.Contains(e.Message, "refused the credentials (AuthFailure)") {
+		t.Fatalf("backend add with a wrong key: %d %v", code, e)
+	}
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/backends", api.AddBackendRequest{Name: "aws", Type: "aws", Config: cfg(ec2fake.AccessKeyID)}, nil)
+	return ts, ec2, bin
+}
+
+// TestAWSFleetScalesUpForATwoNodeTaskAndBackToZeroWhenIdle is issue 18's
+// autoscaling acceptance on the local EC2 endpoint: a fleet `backends:
+// [aws], nodes: 0..3` with regions, instance_types, spot_policy and a
+// short idle_duration makes two machines for a 2-node task — the cheapest
+// offer its policies allow, g5.xlarge spot in us-west-2 (the cheapest
+// offer overall that fits is a T4 in us-east-1) — while the task's reason
+// names them; the test plays the booted machines by starting `gpud agent`
+// with the arguments of the RunInstances user data; they register into
+// the fleet, the task runs on them, and once idle for idle_duration both
+// are terminated and deregistered: the fleet is back to 0.
+func TestAWSFleetScalesUpForATwoNodeTaskAndBackToZeroWhenIdle(t *testing.T) {
+	ts, ec2, bin := awsServer(t)
+	if code, e := ts.applyFleet("main", "type: fleet\nname: pool\nbackends: [aws]\nnodes: 0..3\nidle_duration: 3s\nregions: [us-west-2]\n"+
+		"instance_types: [g5.xlarge, g5.2xlarge, g6e.xlarge]\nspot_policy: spot\nmax_price: 2\n"); code != http.StatusOK {
+		t.Fatalf("apply the fleet: %d %v", code, e)
+	}
+	ts.submit("type: task\nname: train\nnodes: 2\nfleets: [pool]\ncommands:\n  - echo rank $DSTACK_NODE_RANK of $DSTACK_NODES_NUM\nresources:\n  gpu: 1\n")
+	testutil.Eventually(t, time.Minute, func() error {
+		r := ts.getRun("train")
+		if !strings.Contains(r.WhyPending, "provisioning 2 × g5.xlarge (aws, us-west-2, spot, $0.4225/h) for fleet pool") {
+			return fmt.Errorf("train: %s, why pending %q; RunInstances %d", r.Status, r.WhyPending, len(ec2.CallsOf("RunInstances")))
+		}
+		return nil
+	})
+	runs := ec2.CallsOf("RunInstances")
+	if len(runs) != 2 {
+		t.Fatalf("%d RunInstances for a 2-node task", len(runs))
+	}
+	for _, c := range runs {
+		if c.Region != "us-west-2" || c.Params.Get("InstanceType") != "g5.xlarge" || c.Params.Get("InstanceMarketOptions.MarketType") != "spot" {
+			t.Fatalf("RunInstances in %s: %v", c.Region, c.Params)
+		}
+	}
+	// Play the booted machines: an agent each, as the user data starts it.
+	for _, inst := range ec2.Instances() {
+		args, err := aws.ParseUserData(inst.UserData)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if args.Server != ts.RegistrationURL() || inst.Tags["gpud:fleet"] != "main/pool" || inst.Tags["gpud:project"] != "main" {
+			t.Fatalf("machine %s: user data %+v, tags %v", inst.ID, args, inst.Tags)
+		}
+		ca := filepath.Join(t.TempDir(), "ca.pem")
+		if err := os.WriteFile(ca, []byte(args.CAPEM), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		testutil.RegisteringAgent{Bin: bin, URL: args.Server, Token: args.Token, CA: ca, FakeGPUs: "1xA10G:24GB", Hostname: args.Hostname}.Start(t)
+	}
+	r := ts.waitRunEnd("train", 2*time.Minute)
+	if r.Status != "done" {
+		t.Fatalf("train ended %s (%s)", r.Status, r.Reason)
+	}
+	for _, j := range r.Jobs {
+		if !strings.HasPrefix(j.Instance, "reg/main/pool/pool-") {
+			t.Fatalf("job ran on %q, not a machine of the fleet", j.Instance)
+		}
+	}
+	if logs := ts.logText("train"); !strings.Contains(logs, "rank 0 of 2") || !strings.Contains(logs, "rank 1 of 2") {
+		t.Fatalf("logs: %q", logs)
+	}
+	// Idle for idle_duration: both go, and the fleet is empty again.
+	testutil.Eventually(t, time.Minute, func() error {
+		f := ts.getFleet("pool")
+		var states []string
+		for _, i := range ec2.Instances() {
+			states = append(states, i.ID+"="+i.State)
+		}
+		if len(f.Instances) != 0 || len(ec2.CallsOf("TerminateInstances")) != 2 || strings.Contains(strings.Join(states, " "), "running") {
+			return fmt.Errorf("fleet pool has %d instances; machines %v", len(f.Instances), states)
+		}
+		return nil
+	})
+	if n := len(ec2.CallsOf("RunInstances")); n != 2 {
+		t.Fatalf("%d RunInstances after scaling down: the fleet made more machines than it needed", n)
+	}
+}
+
+// TestAWSFleetMaxPriceBelowEveryOfferLeavesTheRunPendingSayingSo: a
+// fleet whose max_price is below every offer that fits makes no machine,
+// and its run waits with a reason that names max_price and the cheapest
+// offer.
+func TestAWSFleetMaxPriceBelowEveryOfferLeavesTheRunPendingSayingSo(t *testing.T) {
+	ts, ec2, _ := awsServer(t)
+	if code, e := ts.applyFleet("main", "type: fleet\nname: cheap\nbackends: [aws]\nnodes: 0..3\nmax_price: 0.1\n"); code != http.StatusOK {
+		t.Fatalf("apply the fleet: %d %v", code, e)
+	}
+	ts.submit("type: task\nname: frugal\nfleets: [cheap]\ncommands: [echo hi]\nresources:\n  gpu: 1\n")
+	testutil.Eventually(t, time.Minute, func() error {
+		r := ts.getRun("frugal")
+		if r.Status != "pending" || !strings.Contains(r.WhyPending, "fleet cheap cannot provision a machine: every offer that fits is above the fleet's max_price $0.1/h (the cheapest is g4dn.xlarge (aws, us-east-1, $0.526/h))") {
+			return fmt.Errorf("frugal: %s, why pending %q", r.Status, r.WhyPending)
+		}
+		return nil
+	})
+	if n := len(ec2.CallsOf("RunInstances")); n != 0 {
+		t.Fatalf("%d RunInstances above max_price", n)
+	}
+}
