@@ -74,9 +74,9 @@ var otherKindRules = fieldRules{
 	"fleet:spot_policy":   {Proof: []string{autoscaleProof}, Check: provisioningCheck},
 	"fleet:max_price":     {Proof: []string{autoscaleProof, "daemon.TestAWSFleetMaxPriceBelowEveryOfferLeavesTheRunPendingSayingSo"}, Check: provisioningCheck},
 	"fleet:idle_duration": {Proof: []string{autoscaleProof}, Check: provisioningCheck},
-	"fleet:retry":              {All: provisioningRefusal},
-	"fleet:tags":               {All: provisioningRefusal},
-	"fleet:env":                {All: &refusal{Why: "a fleet's env is not passed to its hosts' agents yet", Instead: "set env on the runs"}},
+	"fleet:retry":         {All: provisioningRefusal},
+	"fleet:tags":          {All: provisioningRefusal},
+	"fleet:env":           {All: &refusal{Why: "a fleet's env is not passed to its hosts' agents yet", Instead: "set env on the runs"}},
 
 	"queue:type":                {Proof: []string{"daemon.TestQueuesShareAndReclaimThroughTheAPI"}},
 	"queue:name":                {Proof: []string{"daemon.TestQueuesShareAndReclaimThroughTheAPI"}},
