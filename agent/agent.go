@@ -47,8 +47,17 @@ type Config struct {
 	// Volumes is what host paths jobs may mount (instance volumes); the
 	// agent checks every job's against it at start and reports it.
 	Volumes VolumePolicy
-	Version string
-	Logger  zerolog.Logger
+	// JobRetention is how long what a finished job leaves on the host (its
+	// container, or its process-runtime files and output) stays before
+	// the agent removes it (retention.go); zero is DefaultJobRetention.
+	// The server keeps the job's logs in its own store, copied while the
+	// job ran.
+	JobRetention time.Duration
+	// RecordRetention is how long the job's record (its final status)
+	// stays after that removal; zero is DefaultRecordRetention.
+	RecordRetention time.Duration
+	Version         string
+	Logger          zerolog.Logger
 }
 
 // Agent manages the jobs of one host: it starts them through the runtime,
@@ -70,6 +79,11 @@ type Agent struct {
 	jobs map[string]*job
 
 	sessions sessions // interactive sessions per job (exec.go)
+
+	// reapWake wakes the reaper when a job finishes (retention.go);
+	// removeMu keeps a removal by the API and one by the reaper apart.
+	reapWake chan struct{}
+	removeMu sync.Mutex
 }
 
 // job is the in-memory record of one job; changed only under Agent.mu.
@@ -77,6 +91,14 @@ type job struct {
 	rec  state.Record
 	done chan struct{} // closed when the job reaches a final state
 	cpu  cpuSample     // previous CPU reading, for CPUPercent
+	// readers counts the log streams open on the job: the reaper leaves
+	// its output in place while one is read (the server's copy).
+	readers int
+	// removing is set while the reaper removes the job's output; a log
+	// reader then finds none, as after the removal.
+	removing bool
+	// reapAfter postpones the reaper's next try after a failed removal.
+	reapAfter time.Time
 }
 
 type cpuSample struct {
@@ -102,12 +124,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a := &Agent{cfg: cfg, rt: cfg.Runtime, db: db, log: cfg.Logger, ctx: actx, cancel: cancel, jobs: map[string]*job{}}
+	a := &Agent{cfg: cfg, rt: cfg.Runtime, db: db, log: cfg.Logger, ctx: actx, cancel: cancel, jobs: map[string]*job{},
+		reapWake: make(chan struct{}, 1)}
 	if err := a.adopt(ctx); err != nil {
 		cancel()
 		db.Close()
 		return nil, err
 	}
+	a.startReaper()
 	return a, nil
 }
 
@@ -238,6 +262,7 @@ func (a *Agent) finish(j *job, exit runtime.Exit, reason api.ExitReason, msg str
 	if err := a.db.Put(rec); err != nil {
 		a.log.Error().Err(err).Str("job", rec.Spec.ID).Msg("record finished job")
 	}
+	a.wakeReaper()
 	a.log.Info().Str("job", rec.Spec.ID).Str("state", string(st.State)).Str("reason", string(st.Reason)).Int("exit_code", st.ExitCode).Msg("job finished")
 }
 

@@ -111,6 +111,8 @@ func (a *Agent) stopInBackground(id string, h runtime.Handle, grace time.Duratio
 // Remove deletes a finished job: its container or files, its logs and its
 // record. A job that still runs must be stopped first.
 func (a *Agent) Remove(ctx context.Context, id string) error {
+	a.removeMu.Lock()
+	defer a.removeMu.Unlock()
 	j, err := a.get(id)
 	if err != nil {
 		return err
@@ -120,9 +122,9 @@ func (a *Agent) Remove(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: job %s is %s; stop it first", ErrInvalid, id, st.State)
 	}
 	a.mu.Lock()
-	h := j.rec.Handle
+	h, removed := j.rec.Handle, !j.rec.Removed.IsZero()
 	a.mu.Unlock()
-	if h.ID != "" {
+	if h.ID != "" && !removed {
 		if err := a.rt.Remove(ctx, h); err != nil {
 			return err
 		}
@@ -136,18 +138,27 @@ func (a *Agent) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// Logs streams the job's output (see runtime.Runtime.Logs).
+// Logs streams the job's output (see runtime.Runtime.Logs). A job whose
+// output the retention removed (retention.go) has none left here: the
+// server kept its copy.
 func (a *Agent) Logs(ctx context.Context, id string, opts runtime.LogOptions, emit func(api.JobLogEntry) error) error {
 	j, err := a.get(id)
 	if err != nil {
 		return err
 	}
 	a.mu.Lock()
-	h := j.rec.Handle
-	a.mu.Unlock()
-	if h.ID == "" {
-		return nil // never started: no output
+	h, removed := j.rec.Handle, !j.rec.Removed.IsZero() || j.removing
+	if h.ID == "" || removed {
+		a.mu.Unlock()
+		return nil // never started, or removed: no output here
 	}
+	j.readers++ // the reaper waits for this reader to finish
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		j.readers--
+		a.mu.Unlock()
+	}()
 	return a.rt.Logs(ctx, h, opts, emit)
 }
 

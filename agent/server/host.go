@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -40,6 +41,9 @@ type HostConfig struct {
 	// FakeGPUs reports a fake inventory ("8xH100:80GB") instead of the
 	// hardware's.
 	FakeGPUs string
+	// JobRetention is how long a finished job's container or files stay
+	// on the host (agent.Config.JobRetention; zero: the default, an hour).
+	JobRetention time.Duration
 	// Token is the API's bearer token. "" keeps one in DataDir/token
 	// (agent.LoadOrCreateToken); the server's local agent passes a fresh
 	// one each start, which no file holds.
@@ -103,7 +107,8 @@ func OpenHost(ctx context.Context, cfg HostConfig) (h *Host, err error) {
 		return h, err
 	}
 	if h.Agent, err = agent.New(ctx, agent.Config{DataDir: cfg.DataDir, Runtime: rt, GPUs: h.gpus, Docker: dinfo,
-		AllowPrivileged: cfg.Policy.PrivilegedAllowed(), Volumes: volumes, Version: cfg.Version, Logger: cfg.Logger}); err != nil {
+		AllowPrivileged: cfg.Policy.PrivilegedAllowed(), Volumes: volumes, JobRetention: cfg.JobRetention,
+		Version: cfg.Version, Logger: cfg.Logger}); err != nil {
 		return h, err
 	}
 	if h.Handler, err = New(h.Agent, token, cfg.Logger); err != nil {

@@ -41,6 +41,10 @@ type host struct {
 	agentID string
 	// dockerOpts are extra engine client options (benchmarks time calls).
 	dockerOpts []mobyclient.Opt
+	// retention and recordRetention are the agent's (zero: its defaults).
+	retention, recordRetention time.Duration
+	// log is the agent's logger (nil: none).
+	log *zerolog.Logger
 }
 
 type running struct {
@@ -105,7 +109,8 @@ func (h host) start(t testing.TB) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(ctx, agent.Config{DataDir: h.dataDir, Runtime: rt, GPUs: gpus, Docker: dockerInfo, Volumes: volumes, Logger: zerolog.Nop()})
+	a, err := agent.New(ctx, agent.Config{DataDir: h.dataDir, Runtime: rt, GPUs: gpus, Docker: dockerInfo, Volumes: volumes,
+		JobRetention: h.retention, RecordRetention: h.recordRetention, Logger: h.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +126,13 @@ func (h host) start(t testing.TB) *running {
 	r := &running{agent: a, rt: rt, srv: srv, cli: cli}
 	t.Cleanup(func() { r.stop(); gpus.Close() })
 	return r
+}
+
+func (h host) logger() zerolog.Logger {
+	if h.log != nil {
+		return *h.log
+	}
+	return zerolog.Nop()
 }
 
 // stop takes the agent down the way a crash or upgrade would: jobs keep

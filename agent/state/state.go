@@ -38,6 +38,11 @@ type Record struct {
 	// StopRequested survives a restart so the exit is still reported as
 	// a stop, not a failure.
 	StopRequested bool `json:"stop_requested,omitempty"`
+	// Removed is when the agent removed what the finished job left on the
+	// host (its container, or its files and output) after the job
+	// retention; the record itself, the job's final status, stays a while
+	// longer so a server that was away still reads how it ended.
+	Removed time.Time `json:"removed,omitzero"`
 }
 
 // DB is the open state file. It is safe for concurrent use.
