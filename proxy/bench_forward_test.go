@@ -58,7 +58,7 @@ func BenchmarkFrontGateway(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := serveFront(b, g)
+	srv := serveOnFront(b, g)
 	c, err := net.Dial("tcp", srv.Listener.Addr().String())
 	if err != nil {
 		b.Fatal(err)

@@ -91,7 +91,7 @@ func twoServers(t *testing.T, h http.Handler) (plain, front string) {
 	p.Config.ReadHeaderTimeout = 10 * time.Second
 	p.Start()
 	t.Cleanup(p.Close)
-	f := serveFront(t, h)
+	f := serveOnFront(t, h)
 	return p.Listener.Addr().String(), f.Listener.Addr().String()
 }
 

@@ -142,6 +142,12 @@ func serveFront(t testing.TB, h http.Handler) *httptest.Server {
 		t.Cleanup(srv.Close)
 		return srv
 	}
+	return serveOnFront(t, h)
+}
+
+// serveOnFront is serveFront on a Front whatever the environment says.
+func serveOnFront(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ReadHeaderTimeout = 10 * time.Second
 	f := NewFront(srv.Config)
