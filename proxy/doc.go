@@ -7,7 +7,9 @@
 // without buffering, serves the OpenAI-compatible model routes, counts
 // request rates for autoscaling, exports Prometheus metrics, and
 // terminates TLS with certificates that certmagic obtains over ACME for
-// hostnames the server knows.
+// hostnames the server knows. Its listeners are served by Front, an
+// HTTP/1.1 server of its own for a strict subset of requests that hands
+// everything else to net/http (front.go).
 //
 // It owns routing, balancing, TLS and the per-request counters. It knows
 // services only through the Resolver that the server (daemon) or a

@@ -437,8 +437,8 @@ func (c *frontConn) readHead() (int, error) {
 		if n > 0 {
 			return n, nil
 		}
-		if len(buf) >= frontMaxHead {
-			return 0, nil
+		if len(buf) >= c.f.maxHead() {
+			return 0, nil // net/http judges it, with its MaxHeaderBytes
 		}
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
 			return 0, err
@@ -580,4 +580,13 @@ func (c *frontConn) setHeadDeadline(srv *http.Server) {
 func headWhole(buf []byte) bool {
 	n, ok := headEnd(buf)
 	return n > 0 || !ok
+}
+
+// maxHead is the longest head the front reads itself: frontMaxHead, or
+// the server's MaxHeaderBytes when lower.
+func (f *Front) maxHead() int {
+	if m := f.srv.MaxHeaderBytes; m > 0 && m < frontMaxHead {
+		return m
+	}
+	return frontMaxHead
 }
