@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
@@ -46,6 +47,7 @@ func agentCommand() *cli.Command {
 			&cli.BoolFlag{Name: "allow-privileged", Usage: "run jobs with privileged: true (and docker: true) on this host: such a container is root here, so only for hosts whose jobs may own them", EnvVars: []string{"GPUD_AGENT_ALLOW_PRIVILEGED"}},
 			&cli.StringSliceFlag{Name: "allow-volume-prefix", Usage: "let jobs mount instance volumes (host paths) under these directories, like /data,/scratch (never the agent's data dir); none by default", EnvVars: []string{"GPUD_AGENT_ALLOW_VOLUME_PREFIX"}},
 			&cli.StringFlag{Name: "agent-id", Value: "default", Usage: "tells this agent's containers from other agents' on the same engine"},
+			&cli.DurationFlag{Name: "job-retention", Value: agent.DefaultJobRetention, Usage: "remove a finished job's container or files this long after it ended (its logs are in the server's store)", EnvVars: []string{"GPUD_AGENT_JOB_RETENTION"}},
 			fakeGPUs,
 		},
 		Action: func(c *cli.Context) error {
@@ -53,12 +55,16 @@ func agentCommand() *cli.Command {
 			if err != nil {
 				return usageError(err)
 			}
+			if c.Duration("job-retention") <= 0 {
+				return usageError(fmt.Errorf("--job-retention %s: give a positive duration, like 10m or 24h", c.Duration("job-retention")))
+			}
 			return runAgent(c.Context, agentFlags{
 				dataDir: c.String("data-dir"), listen: c.String("listen"), token: token,
 				runtime: c.String("runtime"), agentID: c.String("agent-id"), fakeGPUs: c.String("fake-gpus"),
 				processUser: c.String("process-user"), processWorkDir: c.String("process-work-dir"),
 				server: c.String("server"), serverCA: c.String("server-ca"), hostname: c.String("hostname"),
 				allowPrivileged: c.Bool("allow-privileged"), volumePrefixes: c.StringSlice("allow-volume-prefix"),
+				jobRetention: c.Duration("job-retention"),
 			})
 		},
 		Subcommands: []*cli.Command{
@@ -95,6 +101,7 @@ type agentFlags struct {
 	processUser, processWorkDir                        string
 	allowPrivileged                                    bool
 	volumePrefixes                                     []string
+	jobRetention                                       time.Duration
 }
 
 // agentToken is the token from --token (or GPUD_AGENT_TOKEN) or from the
@@ -142,7 +149,7 @@ func runAgent(ctx context.Context, f agentFlags) error {
 	// them as an unprivileged user; otherwise as the agent's own user.
 	h, err := server.OpenHost(ctx, server.HostConfig{DataDir: f.dataDir, AgentID: f.agentID, Runtime: f.runtime,
 		Policy:          agent.RunPolicy{ProcessUser: f.processUser, ProcessAsOwnUser: true, AllowPrivileged: f.allowPrivileged, VolumePrefixes: f.volumePrefixes},
-		ProcessWorkRoot: f.processWorkDir, FakeGPUs: f.fakeGPUs, Token: token, Version: version, Logger: log})
+		ProcessWorkRoot: f.processWorkDir, FakeGPUs: f.fakeGPUs, JobRetention: f.jobRetention, Token: token, Version: version, Logger: log})
 	if runAs := (*agent.RunAsError)(nil); errors.As(err, &runAs) {
 		return usageError(runAs)
 	}

@@ -41,6 +41,7 @@ func serveCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "allow-volume-prefix", Usage: "let runs mount instance volumes (host paths) under these directories of this server's own host, like /data,/scratch (never its data dir); none by default"},
 			&cli.StringFlag{Name: "max-upload-size", Value: "100MB", Usage: "largest upload of a run's repos and files, packed (refused before a byte is read)"},
 			&cli.StringFlag{Name: "process-work-dir", Usage: "with --runtime process: where each job gets a fresh working directory (default /var/tmp/gpud-work-<hash>)"},
+			&cli.DurationFlag{Name: "job-retention", Value: agent.DefaultJobRetention, Usage: "the local agent removes a finished job's container or files this long after it ended (its logs stay in the server's store)"},
 			&cli.StringFlag{Name: "registration-listen", Usage: "accept `gpud agent --server` hosts over TLS on this address, like :8443 (docs/fleets.md)"},
 			&cli.StringFlag{Name: "registration-cert", Usage: "TLS certificate for --registration-listen (default: a self-signed one, its CA in DATA_DIR/registration-ca.pem)"},
 			&cli.StringFlag{Name: "registration-key", Usage: "private key of --registration-cert"},
@@ -84,6 +85,9 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 	if k == 0 {
 		k = -1
 	}
+	if c.Duration("job-retention") <= 0 {
+		return usageError(fmt.Errorf("serve: --job-retention %s: give a positive duration, like 10m or 24h", c.Duration("job-retention")))
+	}
 	maxUpload, err := api.ParseSize(c.String("max-upload-size"))
 	if err != nil || maxUpload <= 0 {
 		return usageError(fmt.Errorf("serve: --max-upload-size %q: use a size like 100MB or 1GB", c.String("max-upload-size")))
@@ -101,7 +105,7 @@ func runServe(ctx context.Context, c *cli.Context, log *zerolog.Logger) error {
 		FakeGPUs: c.String("fake-gpus"), Runtime: rt, Version: version, Logger: *log,
 		DefaultImage: c.String("default-image"), ProcessUser: c.String("process-user"),
 		PythonImage: c.String("python-image"), NvccImage: c.String("nvcc-image"), DindImage: c.String("dind-image"),
-		ProcessAsServerUser: c.Bool("process-as-server-user"), ProcessWorkRoot: c.String("process-work-dir"),
+		ProcessAsServerUser: c.Bool("process-as-server-user"), ProcessWorkRoot: c.String("process-work-dir"), JobRetention: c.Duration("job-retention"),
 		AllowPrivileged: c.Bool("allow-privileged"), VolumePrefixes: c.StringSlice("allow-volume-prefix"),
 		RegistrationListen: c.String("registration-listen"), RegistrationCert: c.String("registration-cert"), RegistrationKey: c.String("registration-key"),
 		FairShareWindow: window, FairShareHalfLife: halfLife, FairShareK: k,

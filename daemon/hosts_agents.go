@@ -111,7 +111,8 @@ type localAgent struct {
 // processes of the invoking user beside Docker (agent.RuntimeMixed).
 func (s *hosts) localHostConfig(dir, id, token string) agentserver.HostConfig {
 	cfg := agentserver.HostConfig{DataDir: dir, AgentID: id, Runtime: s.opts.Runtime, FakeGPUs: s.opts.FakeGPUs,
-		ProcessWorkRoot: s.opts.ProcessWorkRoot, ShimCommand: s.opts.ShimCommand, Token: token, Version: s.opts.Version, Logger: s.log}
+		ProcessWorkRoot: s.opts.ProcessWorkRoot, ShimCommand: s.opts.ShimCommand, JobRetention: s.opts.JobRetention,
+		Token: token, Version: s.opts.Version, Logger: s.log}
 	if s.opts.Embedded {
 		cfg.Policy = agent.RunPolicy{InvokingUser: true, VolumeDenied: []string{s.opts.DataDir}}
 		if cfg.Runtime == "" {

@@ -88,6 +88,10 @@ type Options struct {
 	// ShimCommand starts the process runtime's shim (tests set it; default
 	// this executable with "agent shim").
 	ShimCommand []string
+	// JobRetention is how long the local agent keeps a finished job's
+	// container or files (default agent.DefaultJobRetention, an hour); its
+	// logs stay in the store.
+	JobRetention time.Duration
 	// RolloutTimeout bounds how long a service's rolling update waits for
 	// its new replicas to be ready before it gives up and keeps the old
 	// ones (default 15m).
