@@ -317,8 +317,11 @@ type Event struct {
 	Project string    `json:"project,omitempty"`
 	Kind    string    `json:"kind"` // runs, jobs, instances, queues, ...
 	Subject string    `json:"subject"`
-	Status  string    `json:"status"`
-	Reason  string    `json:"reason,omitempty"`
+	// Name is the subject as the project knows it: a run's name, a job's
+	// ("train-0-1"); empty when the subject has none (or is gone).
+	Name   string `json:"name,omitempty"`
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Fleet is a set of instances runs are placed on.

@@ -68,9 +68,13 @@ func runNames(c *cli.Context, cl *api.Client, project string) runNameIndex {
 	return idx
 }
 
-// subject names a run or job event by the run's name ("<run id>-0-0"
-// becomes "<run name>-0-0"); other subjects are unchanged.
+// subject names a run or job event as the server names it, else by the
+// run's name ("<run id>-0-0" becomes "<run name>-0-0"); other subjects
+// are unchanged.
 func (idx runNameIndex) subject(e api.Event) string {
+	if e.Name != "" {
+		return e.Name // the server's name for it (run, job with its attempt)
+	}
 	if e.Kind != "runs" && e.Kind != "jobs" {
 		return e.Subject
 	}

@@ -17,7 +17,7 @@ func TestSimOutputAndExitCodes(t *testing.T) {
 		{name: "tables per cycle, reasons and the expect check", args: []string{"sim", "../testdata/sched/reclaim-takes-borrowed-gpus.yaml"},
 			stdout: "cycle 1: 1 placed, 2 evicted, 0 pending"},
 		{name: "evictions show the action and why", args: []string{"sim", "../testdata/sched/reclaim-takes-borrowed-gpus.yaml"},
-			stdout: "reclaimed for job a1 of queue a: queue b holds more than it may keep"},
+			stdout: "reclaimed by job a1 of queue a: queue b holds more than it may keep"},
 		{name: "pending jobs carry their reason", args: []string{"sim", "../testdata/sched/limit-blocks-job.yaml"},
 			stdout: "pending j: queue team-a is at its limit of 2 GPUs"},
 		{name: "a scenario error names the field", args: []string{"sim", broken}, code: exitInvalidInput,

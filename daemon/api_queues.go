@@ -79,6 +79,7 @@ func (s *fleetsAPI) handleListQueues(w http.ResponseWriter, r *http.Request) err
 		}
 		out = append(out, q)
 	}
+	rollUpQueues(out) // a parent shows its children's totals (api_queues_totals.go)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -301,7 +301,8 @@ func (s *runsAPI) handleEvents(w http.ResponseWriter, r *http.Request) error {
 		if prefix != "" && !strings.HasPrefix(subject, prefix) {
 			continue
 		}
-		out = append(out, api.Event{ID: e.ID, Time: e.CreatedAt, Project: e.Project, Kind: kind, Subject: subject, Status: e.Status, Reason: e.Reason})
+		out = append(out, api.Event{ID: e.ID, Time: e.CreatedAt, Project: e.Project, Kind: kind, Subject: subject, Name: s.subjectName(project, kind, subject),
+			Status: e.Status, Reason: s.readableReason(project, e.Reason)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	if len(out) > 1000 {
@@ -320,7 +321,7 @@ func (s *runsAPI) runOut(run store.Record, jobs []store.Record) (api.Run, error)
 	}
 	out := api.Run{
 		ID: run.ID, Name: run.Name, Project: run.Project, User: run.User, Type: st.Type, Status: run.Status,
-		Reason: run.Reason, Queue: strings.TrimPrefix(run.Queue, run.Project+"/"), Priority: st.Priority,
+		Reason: s.readableReason(run.Project, run.Reason), Queue: strings.TrimPrefix(run.Queue, run.Project+"/"), Priority: st.Priority,
 		Configuration: st.Config, ExitCode: st.ExitCode, Attempt: st.Attempt,
 		SubmittedAt: st.SubmittedAt, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt, Jobs: []api.Job{},
 	}
@@ -337,8 +338,9 @@ func (s *runsAPI) runOut(run store.Record, jobs []store.Record) (api.Run, error)
 		if js.Attempt != st.Attempt {
 			continue
 		}
-		if out.WhyPending == "" && js.WhyPending != "" {
-			out.WhyPending = js.WhyPending
+		why := s.whyPendingOf(j, js.WhyPending) // in the project's names, with who took it back (reason_names.go)
+		if out.WhyPending == "" && why != "" {
+			out.WhyPending = why
 		}
 		var ready *bool
 		if st.Type == api.KindService && j.Status == store.JobRunning {
@@ -347,7 +349,7 @@ func (s *runsAPI) runOut(run store.Record, jobs []store.Record) (api.Run, error)
 		}
 		out.Jobs = append(out.Jobs, api.Job{
 			ID: j.ID, Name: j.Name, ReplicaNum: js.ReplicaNum, NodeRank: js.NodeRank, Group: js.Group, Status: j.Status,
-			Reason: j.Reason, WhyPending: js.WhyPending, Instance: j.Instance, GPUs: js.Devices,
+			Reason: s.readableReason(j.Project, j.Reason), WhyPending: why, Instance: j.Instance, GPUs: js.Devices,
 			ExitCode: js.ExitCode, Ports: js.Ports, SubmittedAt: js.SubmittedAt, StartedAt: js.StartedAt,
 			FinishedAt: js.FinishedAt,
 			Resources: api.JobRequest{GPU: float64(js.Request.GPU) / 1000, GPUName: js.Request.GPUName,

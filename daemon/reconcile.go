@@ -145,14 +145,14 @@ func (s *reconciler) runTransition(run store.Record, now time.Time) ([]store.Mut
 		}
 	}
 	counts := map[string]int{}
-	evicted, why := false, ""
+	evicted, evictedWhy, why := false, "", ""
 	var failed, interrupted *store.Record
 	var notBefore time.Time
 	for i, j := range jobs {
 		counts[j.Status]++
 		js := specs[i]
-		if js.Evicted && finishedJob(j.Status) {
-			evicted = true
+		if js.Evicted && finishedJob(j.Status) && !evicted {
+			evicted, evictedWhy = true, j.Reason
 		}
 		if j.Status == store.JobFailed && js.Interrupted && interrupted == nil {
 			interrupted = &jobs[i]
@@ -190,7 +190,7 @@ func (s *reconciler) runTransition(run store.Record, now time.Time) ([]store.Mut
 		case st.Stop:
 			status = store.RunTerminated
 		case evicted:
-			return s.requeue(run, st, jobs, "requeued: a job was taken back by the scheduler ("+jobs[0].Reason+")")
+			return s.requeue(run, st, jobs, takenBackReason+evictedWhy+")") // (reason_names.go)
 		case interrupted != nil:
 			ev := "interruption"
 			if !st.hasEvent(ev) && hostLost(interrupted.Reason) {

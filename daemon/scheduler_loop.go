@@ -78,6 +78,9 @@ func (s *scheduler) cycle(ctx context.Context) error {
 	muts, held := s.bindVolumes(placedVolumes(plan.Placements, idx), now)
 	for _, p := range plan.Placements {
 		if p.Pipelined || held[p.Job] {
+			if p.Pipelined {
+				muts = append(muts, s.pipelinedWait(p, idx, &plan)...) // why it waits (reason_names.go)
+			}
 			continue // binds once the capacity is freed (or its volume's host is known), in a later cycle
 		}
 		recs := idx.jobs[p.Job]

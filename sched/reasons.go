@@ -79,6 +79,9 @@ func taskShape(t *Task) string {
 // reasonFor is the one sentence a pending job carries in the plan.
 func (c *cycle) reasonFor(j int) string {
 	js := &c.jobs[j]
+	if js.reason != "" && js.capacityBound && js.noReclaim != "" {
+		return js.reason + "; " + js.noReclaim
+	}
 	if js.reason != "" {
 		return js.reason
 	}
@@ -87,6 +90,30 @@ func (c *cycle) reasonFor(j int) string {
 			" tasks; there was no turn to grow it this cycle"
 	}
 	return "not considered: no action of this cycle places jobs"
+}
+
+// overShare says why job j may not reclaim req from other queues (the
+// check canReclaim failed): its queue would go over its fair share, or,
+// for a job that is not preemptible, over its deserved quota.
+func (c *cycle) overShare(j int, req Resources) string {
+	js := &c.jobs[j]
+	qs := &c.queues[js.queue]
+	for i := range req {
+		r := Resource(i)
+		if qs.alloc[r]+req[r] > qs.fair[r] {
+			holds := "it holds " + amount(r, qs.alloc[r])
+			if req[r] > 0 {
+				holds += ", the job needs " + amount(r, req[r])
+			}
+			return "queue " + qs.q.Name + " would go over its fair share of " + amount(r, qs.fair[r]) + " (" + holds +
+				"), so it takes nothing back from other queues"
+		}
+		if !js.job.Preemptible && !leq(qs.npAlloc[r]+req[r], qs.quota[r]) {
+			return "the job is not preemptible and queue " + qs.q.Name + " would go over its deserved " + amount(r, qs.quota[r]) +
+				", so it takes nothing back from other queues"
+		}
+	}
+	return ""
 }
 
 // explainPlacement says why tasks of job j found no place, checking from

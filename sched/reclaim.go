@@ -34,6 +34,7 @@ func (c *cycle) reclaim() {
 		}
 		req := js.request(toMin)
 		if !c.canReclaim(j, req) {
+			js.noReclaim = c.overShare(j, req) // said in its reason, if capacity stops it (reasons.go)
 			continue
 		}
 		var from []int
@@ -56,7 +57,7 @@ func (c *cycle) reclaim() {
 			protected: func(v int) bool { return c.protected(x, j, v, Reclaim) },
 			validate:  func(set []victimBatch, before []queueUse) bool { return c.reclaimable(j, req, set, before) },
 			reason: func(v int) string {
-				return "reclaimed for job " + js.job.Name + " of queue " + js.job.Queue +
+				return "reclaimed by job " + js.job.Name + " of queue " + js.job.Queue +
 					": queue " + c.jobs[v].job.Queue + " holds more than it may keep"
 			},
 		}) {

@@ -46,7 +46,10 @@ type jobSlot struct {
 	// reason is set by the first action that failed to place the job.
 	reason        string
 	capacityBound bool // the reason is capacity, not a quota
-	tried         bool
+	// noReclaim says why the job may not take capacity back from other
+	// queues (its queue is at its fair share); only the reason reads it.
+	noReclaim string
+	tried     bool
 	// eligible is the nodes Job.Nodes selects; nil: every node.
 	eligible bitset
 }
