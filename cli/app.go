@@ -134,7 +134,9 @@ func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 	switch format {
 	case "json":
 	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		// Colours only for a person at a terminal: not in a file, a pipe or
+		// a journal, nor with NO_COLOR set (no-color.org).
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !colorTerminal(w, os.Getenv)}
 	default:
 		return zerolog.Logger{}, fmt.Errorf("--log-format %q: use console or json", format)
 	}

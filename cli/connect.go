@@ -82,7 +82,9 @@ func (s *runSession) startEmbedded(ctx context.Context, c *cli.Context) (func(),
 	if is, err := s.client.ListInstances(ctx, s.project); err == nil && len(is) > 0 && is[0].Runtime != "" {
 		runtime += ", " + is[0].Runtime + " runtime"
 	}
-	fmt.Fprintf(s.errw, "gpud: no server configured — running on this machine (embedded server, %s; state in %s)\n", runtime, home)
+	// One line, once: a workstation that meant to reach a team server
+	// learns here that it did not, and how to point it at one.
+	fmt.Fprintf(s.errw, "gpud: no server configured (gpud login to use one): running on an embedded server in this process (%s), state in %s\n", runtime, home)
 	return func() { _ = srv.Close() }, nil
 }
 

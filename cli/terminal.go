@@ -20,6 +20,17 @@ func stdinIsTerminal() bool {
 // stderrIsTerminal reports whether a live status line can be redrawn.
 func stderrIsTerminal() bool { return isatty.IsTerminal(os.Stderr.Fd()) }
 
+// colorTerminal reports whether output to w may carry ANSI colours: w is
+// a terminal and NO_COLOR is unset or empty (no-color.org). A file, a
+// pipe or any other writer gets plain text.
+func colorTerminal(w io.Writer, getenv func(string) string) bool {
+	if getenv("NO_COLOR") != "" {
+		return false
+	}
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
 // ask prints question [y/n] and reads an answer from stdin.
 func ask(w io.Writer, question string) bool {
 	fmt.Fprintf(w, "%s [y/n] ", question)

@@ -111,7 +111,7 @@ func TestRunOnEmbeddedDefault(t *testing.T) {
 	}{
 		{name: "hello prints its output and exits 0", args: []string{"run", "testdata/hello.yml"},
 			wantStdout: []string{"hello from gpud run hello", "gpus on this node: 0"},
-			wantStderr: []string{"no server configured", "process runtime"}},
+			wantStderr: []string{"no server configured (gpud login to use one): running on an embedded server in this process", "process runtime"}},
 		{name: "a failing task's exit code is gpud's", args: []string{"run", "testdata/fail.yml"}, wantCode: 3,
 			wantStdout: []string{"about to fail"}, wantStderr: []string{"run fail failed"}},
 		{name: "the embedded server has only project main", args: []string{"run", "-p", "research", "testdata/hello.yml"},
@@ -138,6 +138,10 @@ func TestRunOnEmbeddedDefault(t *testing.T) {
 				if !strings.Contains(r.stderr, s) {
 					t.Errorf("stderr lacks %q:\n%s", s, r.stderr)
 				}
+			}
+			// Said once, in plain text: stderr is a pipe here.
+			if n := strings.Count(r.stderr, "no server configured"); n > 1 || strings.Contains(r.stderr, "\x1b[") {
+				t.Errorf("stderr says \"no server configured\" %d times or has escape codes:\n%q", n, r.stderr)
 			}
 		})
 	}

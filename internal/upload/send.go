@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mattn/go-isatty"
+
 	"gpud.dev/gpud/api"
 )
 
@@ -76,7 +78,7 @@ func Send(ctx context.Context, cl *api.Client, project string, spec *api.RunSpec
 	}
 	var body io.Reader = tmp
 	if progress != nil && a.Size > 1<<20 {
-		body = &progressReader{r: tmp, total: a.Size, w: progress}
+		body = &progressReader{r: tmp, total: a.Size, w: progress, redraw: isTerminal(progress)}
 		fmt.Fprintf(progress, "uploading repos and files: %s (%d entries)\n", FormatBytes(a.Size), a.Files)
 	}
 	if _, err := cl.Upload(ctx, project, a.SHA256, a.Size, body); err != nil {
@@ -88,20 +90,28 @@ func Send(ctx context.Context, cl *api.Client, project string, spec *api.RunSpec
 	return a.SHA256, nil
 }
 
-// progressReader prints how much of an upload was read, at most every
-// half second and at the end.
+// progressReader prints how much of an upload was read: on a terminal
+// redrawn in place at most every half second, and at the end (the only
+// line a file or pipe gets).
 type progressReader struct {
-	r     io.Reader
-	w     io.Writer
-	n     int64
-	total int64
-	last  time.Time
+	r      io.Reader
+	w      io.Writer
+	n      int64
+	total  int64
+	last   time.Time
+	redraw bool
+}
+
+// isTerminal reports whether w is a terminal a line can be redrawn on.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	p.n += int64(n)
-	if time.Since(p.last) > 500*time.Millisecond {
+	if p.redraw && time.Since(p.last) > 500*time.Millisecond {
 		p.line(false)
 	}
 	return n, err
