@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,4 +142,103 @@ func TestAWSFleetMaxPriceBelowEveryOfferLeavesTheRunPendingSayingSo(t *testing.T
 	if n := len(ec2.CallsOf("RunInstances")); n != 0 {
 		t.Fatalf("%d RunInstances above max_price", n)
 	}
+}
+
+// playMachine starts `gpud agent` as machine inst's user data would.
+func playMachine(t *testing.T, bin string, inst ec2fake.Instance) *exec.Cmd {
+	t.Helper()
+	args, err := aws.ParseUserData(inst.UserData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, []byte(args.CAPEM), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, _ := testutil.RegisteringAgent{Bin: bin, URL: args.Server, Token: args.Token, CA: ca, FakeGPUs: "1xA10G:24GB", Hostname: args.Hostname}.Start(t)
+	return cmd
+}
+
+// TestAWSSpotInterruptionRetriesTheRunOnANewMachine: a spot machine of an
+// autoscaled fleet that EC2 takes back (state reason
+// Server.SpotInstanceTermination) fails its job as interrupted, so a run
+// retrying on the interruption event starts again, on a new machine the
+// fleet provisions; the interrupted machine is deregistered.
+func TestAWSSpotInterruptionRetriesTheRunOnANewMachine(t *testing.T) {
+	ts, ec2, bin := awsServer(t)
+	if code, e := ts.applyFleet("main", "type: fleet\nname: spot\nbackends: [aws]\nnodes: 0..2\nspot_policy: spot\ninstance_types: [g5.xlarge]\nregions: [us-east-1]\n"); code != http.StatusOK {
+		t.Fatalf("apply the fleet: %d %v", code, e)
+	}
+	ts.submit("type: task\nname: long\nfleets: [spot]\ncommands: [sleep 3007]\nresources:\n  gpu: 1\nretry:\n  on_events: [interruption]\n  duration: 10m\n")
+	t.Cleanup(func() { ts.call(ts.admin, "POST", "/api/v1/projects/main/runs/long/stop", api.StopRunRequest{Abort: true}, nil) })
+	machine := func(n int) ec2fake.Instance {
+		t.Helper()
+		var got []ec2fake.Instance
+		testutil.Eventually(t, time.Minute, func() error {
+			if got = ec2.Instances(); len(got) < n {
+				return fmt.Errorf("%d machines, want %d; run %+v", len(got), n, ts.getRun("long").WhyPending)
+			}
+			return nil
+		})
+		return got[n-1]
+	}
+	first := machine(1)
+	vm := playMachine(t, bin, first)
+	r := ts.waitRun("long", "running", "", time.Minute)
+	if !strings.HasSuffix(r.Jobs[0].Instance, "/"+first.Tags["gpud:instance"]) {
+		t.Fatalf("long runs on %q, not on %s", r.Jobs[0].Instance, first.Tags["gpud:instance"])
+	}
+	// EC2 takes the machine back: the autoscaler reads it from
+	// DescribeInstances and fails the job as interrupted; then the machine
+	// is gone, with its agent (the job's process outlives a killed agent
+	// here, as on a host; the cleanup ends it).
+	ec2.Interrupt(first.ID)
+	testutil.Eventually(t, time.Minute, func() error {
+		ev := ts.eventsText()
+		if !strings.Contains(ev, "failed: instance_unreachable: host reg/main/spot/"+first.Tags["gpud:instance"]+" stopped answering (interrupted by the cloud: machine "+first.ID+" (g5.xlarge): Server.SpotInstanceTermination") ||
+			!strings.Contains(ev, "retrying after an interruption") {
+			return fmt.Errorf("events: %s", ev)
+		}
+		return nil
+	})
+	if err := vm.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, pid := range processes("sleep", "3007") {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	second := machine(2)
+	if second.ID == first.ID || !second.Spot {
+		t.Fatalf("second machine %+v", second)
+	}
+	playMachine(t, bin, second)
+	testutil.Eventually(t, time.Minute, func() error {
+		r := ts.getRun("long")
+		var on []string
+		for _, j := range r.Jobs {
+			on = append(on, j.Instance+"="+j.Status+" ("+j.Reason+")")
+		}
+		if r.Status != "running" || len(r.Jobs) != 1 || !strings.HasSuffix(r.Jobs[0].Instance, "/"+second.Tags["gpud:instance"]) {
+			return fmt.Errorf("long %s: %v (first machine %s, second %s)", r.Status, on, first.Tags["gpud:instance"], second.Tags["gpud:instance"])
+		}
+		return nil
+	})
+	for _, i := range ts.getFleet("spot").Instances {
+		if strings.HasSuffix(i.Name, first.Tags["gpud:instance"]) {
+			t.Fatalf("the interrupted machine is still a host of the fleet: %+v", i)
+		}
+	}
+}
+
+// eventsText is project main's events, one a line (for failure messages).
+func (ts *testServer) eventsText() string {
+	var evs []api.Event
+	ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/events", nil, &evs)
+	var b strings.Builder
+	for _, e := range evs {
+		fmt.Fprintf(&b, "\n%s %s %s %s: %s", e.Time.Format("15:04:05.000"), e.Kind, e.Subject, e.Status, e.Reason)
+	}
+	return b.String()
 }

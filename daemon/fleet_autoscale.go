@@ -68,6 +68,9 @@ type scaleMachine struct {
 	// no active job (zero while busy).
 	RegisteredAt time.Time `json:"registered_at,omitzero"`
 	IdleSince    time.Time `json:"idle_since,omitzero"`
+	// Terminated: the cloud terminated it; its host is deregistered once
+	// its jobs have ended.
+	Terminated bool `json:"terminated,omitempty"`
 }
 
 func machineKey(id string) string { return autoscaleMachinesDir + "/" + id }
@@ -277,6 +280,10 @@ func (s *Server) followMachines(ctx context.Context, spec *api.FleetSpec, ms []s
 	}
 	var live []scaleMachine
 	for _, m := range ms {
+		if m.Terminated {
+			s.terminateMachine(ctx, m, nil, "")
+			continue
+		}
 		sup := s.backendOfMachine(m)
 		if byID, ok := listed[m.Backend]; ok {
 			if ci, ok := byID[m.ID]; ok && (ci.Interrupted || ci.State == "terminated" || ci.State == "shutting-down") {
@@ -310,9 +317,7 @@ func (s *Server) followMachines(ctx context.Context, spec *api.FleetSpec, ms []s
 	if idle < 0 {
 		return live
 	}
-	busy := func(m scaleMachine) bool {
-		return slices.ContainsFunc(s.store.Jobs().ByInstance(m.instance()), func(j store.Record) bool { return activeJob(j.Status) })
-	}
+	busy := s.machineBusy
 	var kept []scaleMachine
 	n := len(live)
 	for _, m := range live {
@@ -359,11 +364,14 @@ func cmpStr(a, b string) string {
 }
 
 // terminateMachine terminates m in its cloud and deregisters it: its
-// host's instance record (finished jobs released), key binding and
-// token, and the machine record. It reports whether m is gone; on an
-// error it stays, to be terminated again next tick.
+// token and host key binding at once, its host's instance record (with
+// its finished jobs released) once no unfinished job is bound to it (until
+// then the instance is marked terminated, which keeps it out of
+// scheduling, and m stays recorded as terminated), then the machine
+// record. It reports whether m is gone from the cloud; on an error it
+// stays, to be terminated again next tick.
 func (s *Server) terminateMachine(ctx context.Context, m scaleMachine, sup *plugins.Supervisor, why string) bool {
-	if sup != nil {
+	if !m.Terminated && sup != nil {
 		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := sup.TerminateInstance(tctx, m.ID)
 		cancel()
@@ -372,27 +380,48 @@ func (s *Server) terminateMachine(ctx context.Context, m scaleMachine, sup *plug
 			return false
 		}
 	}
-	muts := []store.Mutation{store.KVDelete(machineKey(m.ID)), store.KVDelete(regTokenKey(m.TokenHash)), store.KVDelete(regIDKey(m.TokenID)),
-		s.event(m.Project, store.KindFleet, m.Fleet, "machine_terminated", "machine "+m.ID+" ("+m.CloudID+", "+m.Offer.Instance+") terminated: "+why)}
-	forget, err := s.hosts.forgetTokenHosts(ctx, m.Fleet, m.TokenID)
-	if err == nil {
+	muts := []store.Mutation{store.KVDelete(regTokenKey(m.TokenHash)), store.KVDelete(regIDKey(m.TokenID))}
+	if !m.Terminated {
+		muts = append(muts, s.event(m.Project, store.KindFleet, m.Fleet, "machine_terminated", "machine "+m.ID+" ("+m.CloudID+", "+m.Offer.Instance+") terminated: "+why))
+	}
+	if forget, err := s.hosts.forgetTokenHosts(ctx, m.Fleet, m.TokenID); err == nil {
 		muts = append(muts, forget...)
 	}
+	done := true
 	if inst, err := s.store.Instances().Get(m.instance()); err == nil {
-		released, err := s.fleetsAPI.releaseFinishedJobs(m.FleetName, inst)
-		if err == nil {
+		if released, err := s.fleetsAPI.releaseFinishedJobs(m.FleetName, inst); err == nil {
 			muts = append(append(muts, released...), store.Delete(store.KindInstance, inst.ID))
+		} else {
+			// Its jobs are still being ended (interrupted, stopped): the
+			// instance goes once they have.
+			done = false
+			if inst.Status != store.InstanceTerminated {
+				inst.Status = store.InstanceTerminated
+				muts = append(muts, store.Update(inst))
+			}
 		}
+	}
+	if done {
+		muts = append(muts, store.KVDelete(machineKey(m.ID)))
+	} else {
+		m.Terminated = true
+		b, err := json.Marshal(m)
+		if err != nil {
+			return false
+		}
+		muts = append(muts, store.KVPut(machineKey(m.ID), b))
 	}
 	if _, err := s.store.Apply(ctx, muts...); err != nil {
 		s.log.Warn().Err(err).Str("machine", m.ID).Msg("autoscale: deregister machine (will retry)")
-		return false
+		return m.Terminated
 	}
 	if s.hosts.registration != nil {
 		s.hosts.registration.DropToken(m.TokenID)
 	}
 	s.agents.remove(m.instance())
-	s.log.Info().Str("machine", m.ID).Str("fleet", m.FleetName).Str("why", why).Msg("autoscale: machine terminated")
+	if why != "" {
+		s.log.Info().Str("machine", m.ID).Str("fleet", m.FleetName).Str("why", why).Msg("autoscale: machine terminated")
+	}
 	return true
 }
 
@@ -458,4 +487,9 @@ func (s *Server) fleetHasInstanceBackend(project string, entries []string) bool 
 		bf.backends = append(bf.backends, strings.ToLower(e))
 	}
 	return len(s.instanceBackendsOf(s.ctx, bf)) > 0
+}
+
+// machineBusy reports whether an active job is bound to m's host.
+func (s *Server) machineBusy(m scaleMachine) bool {
+	return slices.ContainsFunc(s.store.Jobs().ByInstance(m.instance()), func(j store.Record) bool { return activeJob(j.Status) })
 }

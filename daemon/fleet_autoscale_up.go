@@ -74,9 +74,13 @@ func fleetOffers(ctx context.Context, ibs []instanceBackend) []scaleOffer {
 func (s *Server) scaleFleet(ctx context.Context, bf backendFleet, spec *api.FleetSpec, live []scaleMachine, ibs []instanceBackend) string {
 	a := &s.backends.autoscale
 	waiting := s.waitingFleetJobs(bf)
+	// Supply not yet taken: machines booting, and machines up with no
+	// active job (the scheduler binds to a machine that just registered
+	// in its next cycle; a waiting job that does not fit an idle machine
+	// waits until it goes idle_duration later).
 	booting := 0
 	for _, m := range live {
-		if m.RegisteredAt.IsZero() {
+		if m.RegisteredAt.IsZero() || !s.machineBusy(m) {
 			booting++
 		}
 	}
