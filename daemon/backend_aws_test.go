@@ -170,7 +170,9 @@ func TestAWSSpotInterruptionRetriesTheRunOnANewMachine(t *testing.T) {
 		t.Fatalf("apply the fleet: %d %v", code, e)
 	}
 	ts.submit("type: task\nname: long\nfleets: [spot]\ncommands: [sleep 3007]\nresources:\n  gpu: 1\nretry:\n  on_events: [interruption]\n  duration: 10m\n")
-	t.Cleanup(func() { ts.call(ts.admin, "POST", "/api/v1/projects/main/runs/long/stop", api.StopRunRequest{Abort: true}, nil) })
+	t.Cleanup(func() {
+		ts.call(ts.admin, "POST", "/api/v1/projects/main/runs/long/stop", api.StopRunRequest{Abort: true}, nil)
+	})
 	machine := func(n int) ec2fake.Instance {
 		t.Helper()
 		var got []ec2fake.Instance
