@@ -282,8 +282,11 @@ type Job struct {
 type JobRequest struct {
 	GPU     float64 `json:"gpu"` // devices; under 1 is a fraction of one
 	GPUName string  `json:"gpu_name,omitempty"`
-	CPU     float64 `json:"cpu"` // cores
-	Memory  Size    `json:"memory"`
+	// GPUMemory and GPUMemoryMax bound each device's memory (0: no bound).
+	GPUMemory    Size    `json:"gpu_memory,omitempty"`
+	GPUMemoryMax Size    `json:"gpu_memory_max,omitempty"`
+	CPU          float64 `json:"cpu"` // cores
+	Memory       Size    `json:"memory"`
 }
 
 // LogEntry is one line of a run's output in the logs stream. A line of up

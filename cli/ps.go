@@ -114,11 +114,28 @@ func exitText(code *int) string {
 	return fmt.Sprint(*code)
 }
 
-// jobResources formats what a job was scheduled with: "0.5×H100 4cpu 16GB".
+// jobResources formats what a job was scheduled with, its GPUs as the
+// configuration says them: "0.5×H100 4cpu 16GB", "1×GPU:16GB..24GB 2cpu",
+// "2×H100|A100".
 func jobResources(r api.JobRequest) string {
 	var parts []string
 	if r.GPU > 0 {
-		parts = append(parts, fmt.Sprintf("%g×%s", r.GPU, orDash(r.GPUName)))
+		name := strings.ReplaceAll(r.GPUName, ",", "|")
+		if name == "" {
+			name = "GPU"
+		}
+		g := fmt.Sprintf("%g×%s", r.GPU, name)
+		switch {
+		case r.GPUMemoryMax > 0 && r.GPUMemoryMax != r.GPUMemory:
+			lo := ""
+			if r.GPUMemory > 0 {
+				lo = humanSize(r.GPUMemory)
+			}
+			g += ":" + lo + ".." + humanSize(r.GPUMemoryMax)
+		case r.GPUMemory > 0:
+			g += ":" + humanSize(r.GPUMemory)
+		}
+		parts = append(parts, g)
 	}
 	if r.CPU > 0 {
 		parts = append(parts, fmt.Sprintf("%gcpu", r.CPU))
@@ -133,7 +150,11 @@ func jobResources(r api.JobRequest) string {
 func instanceResources(r api.InstanceResources) string {
 	var parts []string
 	if r.GPUs > 0 {
-		g := fmt.Sprintf("%g×%s", r.GPUs, orDash(r.GPUName))
+		name := r.GPUName
+		if name == "" {
+			name = "GPU"
+		}
+		g := fmt.Sprintf("%g×%s", r.GPUs, name)
 		if r.GPUMemory > 0 {
 			g += ":" + humanSize(r.GPUMemory)
 		}

@@ -348,11 +348,12 @@ func (s *runsAPI) runOut(run store.Record, jobs []store.Record) (api.Run, error)
 			ready = &ok
 		}
 		out.Jobs = append(out.Jobs, api.Job{
-			ID: j.ID, Name: j.Name, ReplicaNum: js.ReplicaNum, NodeRank: js.NodeRank, Group: js.Group, Status: j.Status,
+			ID: j.ID, Name: j.Name, ReplicaNum: js.ReplicaNum, NodeRank: js.NodeRank, Group: js.Group, Status: s.jobStatusOut(j),
 			Reason: s.readableReason(j.Project, j.Reason), WhyPending: why, Instance: j.Instance, GPUs: js.Devices,
 			ExitCode: js.ExitCode, Ports: js.Ports, SubmittedAt: js.SubmittedAt, StartedAt: js.StartedAt,
 			FinishedAt: js.FinishedAt,
 			Resources: api.JobRequest{GPU: float64(js.Request.GPU) / 1000, GPUName: js.Request.GPUName,
+				GPUMemory: api.Size(js.Request.GPUMemory), GPUMemoryMax: api.Size(js.Request.GPUMemoryMax),
 				CPU: float64(js.Request.CPU) / 1000, Memory: api.Size(js.Request.Memory)},
 			Ready: ready,
 		})

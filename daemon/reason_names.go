@@ -165,8 +165,9 @@ func (s *scheduler) pipelinedWait(p sched.Placement, idx snapshotIndex, plan *sc
 	return []store.Mutation{store.Update(j)}
 }
 
-// subjectName is an event subject's name for project: a run's or a job's
-// (with its attempt when it is not the first: "train-0-1 (attempt 2)").
+// subjectName is an event subject's name for project: a run's, a job's
+// (with its attempt when it is not the first: "train-0-1 (attempt 2)"),
+// a queue's.
 func (s *Server) subjectName(project, kind, subject string) string {
 	switch store.Kind(kind) {
 	case store.KindRun:
@@ -180,6 +181,27 @@ func (s *Server) subjectName(project, kind, subject string) string {
 			}
 			return j.Name
 		}
+	case store.KindQueue:
+		if name, ok := strings.CutPrefix(subject, project+"/"); ok {
+			return name
+		}
 	}
 	return ""
+}
+
+// jobStatusOut is a job's status as the API shows it: a job starting on a
+// host whose runtime is process pulls no image, so its "pulling" (the
+// store's step between bind and running) shows as provisioning.
+func (s *Server) jobStatusOut(j store.Record) string {
+	if j.Status != store.JobPulling || j.Instance == "" {
+		return j.Status
+	}
+	inst, err := s.store.Instances().Get(j.Instance)
+	if err != nil {
+		return j.Status
+	}
+	if st, err := s.instanceSpec(inst); err == nil && st.Host.Runtime == "process" {
+		return store.JobProvisioning
+	}
+	return j.Status
 }

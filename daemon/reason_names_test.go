@@ -9,6 +9,7 @@ import (
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
+	"gpud.dev/gpud/store"
 )
 
 // TestReclaimedRunSaysWhoTookItBack: two queues with a GPU quota of 1 on
@@ -130,4 +131,40 @@ func TestParentQueueShowsItsChildrensTotals(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestRequestsAreShownAsWritten: a GPU memory range waits saying the
+// range (not its lower end), the job's resources carry it, and a job
+// starting on a host of the process runtime is never shown pulling.
+func TestRequestsAreShownAsWritten(t *testing.T) {
+	ts := startServer(t, "2xH100:80GB")
+	cfg := "type: task\nname: ranged\ncommands: [sleep 300]\nresources:\n  cpu: 0..\n  memory: 1MB..\n  disk: 1GB..\n  gpu: 16GB..24GB\n"
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(cfg), nil)
+	var r api.Run
+	testutil.Eventually(t, 30*time.Second, func() error {
+		ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/runs/ranged", nil, &r)
+		if r.Status != "pending" || r.WhyPending == "" {
+			return fmt.Errorf("ranged is %s (%q), want pending with a reason", r.Status, r.WhyPending)
+		}
+		return nil
+	})
+	if !strings.Contains(r.WhyPending, "16GB..24GB GPUs") {
+		t.Errorf("ranged waits with %q, want it to name 16GB..24GB GPUs", r.WhyPending)
+	}
+	if res := r.Jobs[0].Resources; res.GPUMemory != 16*api.GB || res.GPUMemoryMax != 24*api.GB {
+		t.Errorf("job resources %+v, want GPU memory 16GB..24GB", res)
+	}
+	insts := ts.store.Instances().List()
+	if len(insts) == 0 {
+		t.Fatal("no local instance")
+	}
+	j := r.Jobs[0]
+	rec, err := ts.store.Jobs().Get(j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Status, rec.Instance = store.JobPulling, insts[0].ID
+	if got := ts.jobStatusOut(rec); got != store.JobProvisioning {
+		t.Errorf("a job starting on a process-runtime host shows %q, want provisioning", got)
+	}
 }
