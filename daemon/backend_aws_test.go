@@ -61,7 +61,20 @@ func TestAWSFleetScalesUpForATwoNodeTaskAndBackToZeroWhenIdle(t *testing.T) {
 		"instance_types: [g5.xlarge, g5.2xlarge, g6e.xlarge]\nspot_policy: spot\nmax_price: 2\n"); code != http.StatusOK {
 		t.Fatalf("apply the fleet: %d %v", code, e)
 	}
-	ts.submit("type: task\nname: train\nnodes: 2\nfleets: [pool]\ncommands:\n  - echo rank $DSTACK_NODE_RANK of $DSTACK_NODES_NUM\nresources:\n  gpu: 1\n")
+	train := "type: task\nname: train\nnodes: 2\nfleets: [pool]\ncommands:\n  - echo rank $DSTACK_NODE_RANK of $DSTACK_NODES_NUM\nresources:\n  gpu: 1\n"
+	// The plan shows the offers the fleet would provision, with prices.
+	var plan api.RunPlan
+	ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/runs/plan", yamlApply(train), &plan)
+	if len(plan.Offers) == 0 || plan.Offers[0].Instance != "g5.xlarge" || plan.Offers[0].Fleet != "pool" || plan.Offers[0].Price != 0.4225 ||
+		!plan.Offers[0].Spot || plan.Offers[0].Region != "us-west-2" {
+		t.Fatalf("the plan offers %+v", plan.Offers)
+	}
+	for _, o := range plan.Offers {
+		if o.Region != "us-west-2" || !o.Spot || o.Price > 2 {
+			t.Fatalf("the plan offers %+v, outside the fleet's regions, spot_policy or max_price", o)
+		}
+	}
+	ts.submit(train)
 	testutil.Eventually(t, time.Minute, func() error {
 		r := ts.getRun("train")
 		if !strings.Contains(r.WhyPending, "provisioning 2 × g5.xlarge (aws, us-west-2, spot, $0.4225/h) for fleet pool") {

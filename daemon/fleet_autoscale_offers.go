@@ -154,3 +154,36 @@ func (b *offerBackoff) succeed(key string) {
 	delete(b.until, key)
 	delete(b.delay, key)
 }
+
+// autoscaledOfferFleet reports whether offer o (of an instance backend,
+// which has no capacity nodes) is one that a backend fleet the run names
+// would provision for a job of req, and which fleet: the plan shows it
+// with the fleet and price.
+func (s *Server) autoscaledOfferFleet(project string, rs runState, req taskRequest, o api.Offer) (string, bool) {
+	if len(rs.Place.Fleets) == 0 || rs.Type == api.KindDevEnvironment || !fitsRequest(o, req) {
+		return "", false
+	}
+	typ := ""
+	for _, b := range s.projectBackends(project) {
+		if b.name == o.Backend {
+			typ = b.typ
+		}
+	}
+	for _, bf := range s.backendFleets() {
+		if bf.project != project || !slices.Contains(rs.Place.Fleets, bf.name) || !bf.takes(project, typ, o.Backend) {
+			continue
+		}
+		f, err := s.store.Fleets().Get(bf.id)
+		if err != nil {
+			continue
+		}
+		spec := fleetConfig(f)
+		if spec == nil {
+			continue
+		}
+		if why, _ := policyRefusal(spec, o); why == "" {
+			return bf.name, true
+		}
+	}
+	return "", false
+}

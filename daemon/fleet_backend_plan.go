@@ -70,7 +70,9 @@ func (s *Server) placedBackendOffer(project string, rs runState, req taskRequest
 		return n.Labels[projectLabel] == project && n.Labels[backendNameLabel] == o.Backend
 	})
 	if i < 0 {
-		return "", false // no capacity of that backend (an instance backend, or none offered)
+		// No capacity of that backend: an instance backend's offer is
+		// one a fleet of the run would provision (fleet_autoscale_offers.go).
+		return s.autoscaledOfferFleet(project, rs, req, o)
 	}
 	n := nodes[i]
 	n.Devices = nil
