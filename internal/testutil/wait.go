@@ -11,10 +11,19 @@ import (
 	"time"
 )
 
-// Eventually calls cond until it returns nil or timeout passes, then fails the
-// test with the last error. It never sleeps longer than 50ms between tries.
+// MinEventually is the least time Eventually waits before it fails: its
+// bound is a safety net against a hang, never a claim about speed, and a
+// machine loaded by other work (2 shared cores, a parallel suite) may take
+// many times longer than an idle one for the same events. A passing test
+// never waits for it.
+const MinEventually = 2 * time.Minute
+
+// Eventually calls cond until it returns nil or timeout passes (at least
+// MinEventually), then fails the test with the last error. It never sleeps
+// longer than 50ms between tries.
 func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
+	timeout = max(timeout, MinEventually)
 	deadline := time.Now().Add(timeout)
 	wait := time.Millisecond
 	for {
