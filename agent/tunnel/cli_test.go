@@ -115,7 +115,7 @@ func TestGpudAgentReadsItsTokenFromAFile(t *testing.T) {
 			if err == nil || !strings.Contains(out.String(), tt.want) {
 				t.Errorf("%s: exit %v, output %q; want a failure saying %q", tt.name, err, out, tt.want)
 			}
-		case <-time.After(20 * time.Second):
+		case <-time.After(eventWait):
 			t.Errorf("%s: the agent kept running", tt.name)
 		}
 	}
