@@ -366,6 +366,11 @@ type Instance struct {
 	Resources     InstanceResources `json:"resources"`
 	Free          InstanceResources `json:"free"`
 	LastHeartbeat time.Time         `json:"last_heartbeat,omitzero"`
+	// Price is what the host costs per hour and InstanceType what it is,
+	// for a machine gpud provisioned (an autoscaled fleet's); 0 and empty
+	// for hosts gpud did not make.
+	Price        float64 `json:"price,omitempty"`
+	InstanceType string  `json:"instance_type,omitempty"`
 }
 
 // InstanceResources is an amount of a host's capacity.

@@ -140,7 +140,7 @@ func fleetCommand() *cli.Command {
 // row of its own), so hosts, their accelerators, what is free on them and
 // their health read at a glance.
 func printFleets(w io.Writer, fs []api.Fleet, now time.Time) error {
-	tb := newTable(w, "FLEET", "HOST", "BACKEND", "STATUS", "GPUS", "FREE GPUS", "CPUS", "MEMORY", "HEALTH")
+	tb := newTable(w, "FLEET", "HOST", "BACKEND", "STATUS", "GPUS", "FREE GPUS", "CPUS", "MEMORY", "PRICE", "HEALTH")
 	var backendFleets []api.Fleet
 	for _, f := range fs {
 		if f.Nodes != nil && len(f.Instances) == 0 {
@@ -148,7 +148,7 @@ func printFleets(w io.Writer, fs []api.Fleet, now time.Time) error {
 			continue
 		}
 		if len(f.Instances) == 0 {
-			tb.row(f.Name, "-", "-", f.Status, "-", "-", "-", "-", "-")
+			tb.row(f.Name, "-", "-", f.Status, "-", "-", "-", "-", "-", "-")
 			continue
 		}
 		for _, in := range f.Instances {
@@ -159,8 +159,15 @@ func printFleets(w io.Writer, fs []api.Fleet, now time.Time) error {
 					gpus += ":" + humanSize(in.Resources.GPUMemory)
 				}
 			}
+			price := "-" // a host gpud did not make costs what its owner pays
+			if in.Price > 0 {
+				price = fmt.Sprintf("$%g/h", in.Price)
+				if in.InstanceType != "" {
+					price += " " + in.InstanceType
+				}
+			}
 			tb.row(f.Name, orDash(in.Hostname), orDash(in.Backend), in.Status, gpus, fmt.Sprintf("%g", in.Free.GPUs),
-				fmt.Sprintf("%g", in.Resources.CPUs), humanSize(in.Resources.Memory), instanceHealth(in, now))
+				fmt.Sprintf("%g", in.Resources.CPUs), humanSize(in.Resources.Memory), price, instanceHealth(in, now))
 		}
 	}
 	if len(backendFleets) == 0 || len(backendFleets) < len(fs) {

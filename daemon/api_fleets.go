@@ -38,6 +38,7 @@ func (s *fleetsAPI) fleetOut(project string, f store.Record) (api.Fleet, error) 
 		if err != nil {
 			continue // logged once by the spec cache
 		}
+		s.machineOut(f.ID, &io) // a provisioned machine's price (fleet_autoscale.go)
 		out.Instances = append(out.Instances, io)
 	}
 	return out, nil

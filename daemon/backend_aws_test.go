@@ -57,7 +57,7 @@ func awsServer(t *testing.T) (*testServer, *ec2fake.Server, string) {
 // are terminated and deregistered: the fleet is back to 0.
 func TestAWSFleetScalesUpForATwoNodeTaskAndBackToZeroWhenIdle(t *testing.T) {
 	ts, ec2, bin := awsServer(t)
-	if code, e := ts.applyFleet("main", "type: fleet\nname: pool\nbackends: [aws]\nnodes: 0..3\nidle_duration: 3s\nregions: [us-west-2]\n"+
+	if code, e := ts.applyFleet("main", "type: fleet\nname: pool\nbackends: [aws]\nnodes: 0..3\nidle_duration: 5s\nregions: [us-west-2]\n"+
 		"instance_types: [g5.xlarge, g5.2xlarge, g6e.xlarge]\nspot_policy: spot\nmax_price: 2\n"); code != http.StatusOK {
 		t.Fatalf("apply the fleet: %d %v", code, e)
 	}
@@ -106,6 +106,19 @@ func TestAWSFleetScalesUpForATwoNodeTaskAndBackToZeroWhenIdle(t *testing.T) {
 		}
 		testutil.RegisteringAgent{Bin: bin, URL: args.Server, Token: args.Token, CA: ca, FakeGPUs: "1xA10G:24GB", Hostname: args.Hostname}.Start(t)
 	}
+	// The fleet lists the machines with their price per hour.
+	testutil.Eventually(t, time.Minute, func() error {
+		f := ts.getFleet("pool")
+		if len(f.Instances) != 2 {
+			return fmt.Errorf("fleet pool has %d hosts", len(f.Instances))
+		}
+		for _, i := range f.Instances {
+			if i.Price != 0.4225 || i.InstanceType != "g5.xlarge" {
+				return fmt.Errorf("host %s: price %v, type %q", i.Name, i.Price, i.InstanceType)
+			}
+		}
+		return nil
+	})
 	r := ts.waitRunEnd("train", 2*time.Minute)
 	if r.Status != "done" {
 		t.Fatalf("train ended %s (%s)", r.Status, r.Reason)

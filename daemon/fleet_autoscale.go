@@ -493,3 +493,21 @@ func (s *Server) fleetHasInstanceBackend(project string, entries []string) bool 
 func (s *Server) machineBusy(m scaleMachine) bool {
 	return slices.ContainsFunc(s.store.Jobs().ByInstance(m.instance()), func(j store.Record) bool { return activeJob(j.Status) })
 }
+
+// machineOut adds, to the API view of a host of fleet, what it costs per
+// hour when it is a machine the autoscaler made.
+func (s *Server) machineOut(fleet string, io *api.Instance) {
+	id, ok := strings.CutPrefix(io.ID, "reg/"+fleet+"/")
+	if !ok {
+		return
+	}
+	b, err := s.store.KV().Load(s.ctx, machineKey(id))
+	if err != nil {
+		return
+	}
+	var m scaleMachine
+	if json.Unmarshal(b, &m) != nil || m.Fleet != fleet {
+		return
+	}
+	io.Price, io.InstanceType = m.Offer.Price, m.Offer.Instance
+}
