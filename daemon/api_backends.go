@@ -108,7 +108,7 @@ func (s *Server) handleAddBackend(w http.ResponseWriter, r *http.Request) error 
 		if err := checkBackendAddresses(r.Context(), fields); err != nil { // backends_ssrf.go
 			return badField("config", "%v", err)
 		}
-		if req.Type == "kubernetes" {
+		if req.Type == "kubernetes" || req.Type == "aws" {
 			// Its plugin refuses those addresses at each connection too.
 			fields["deny_server_network"] = true
 			if config, err = json.Marshal(fields); err != nil {

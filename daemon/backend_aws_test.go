@@ -270,3 +270,44 @@ func (ts *testServer) eventsText() string {
 	}
 	return b.String()
 }
+
+// TestProjectAdminCannotPointAnAWSBackendAtTheServersOwnNetwork: a
+// project admin who is not a global admin cannot make the aws plugin call
+// the server's own host or network through endpoint_url (loopback, the
+// link-local metadata address), nor name a file on the server's host;
+// each is refused at backend add naming the field, and nothing is stored.
+func TestProjectAdminCannotPointAnAWSBackendAtTheServersOwnNetwork(t *testing.T) {
+	ts, ec2, _ := awsServer(t)
+	padmin := ts.user("padmin")
+	ts.must(http.StatusOK, ts.admin, "PUT", "/api/v1/projects/main/members/padmin", api.SetMemberRequest{Role: "admin"}, nil)
+	for _, tc := range []struct {
+		endpoint string
+		words    []string
+	}{
+		{ec2.URL, []string{"endpoint_url", "loopback", "global admin"}},
+		{"http://169.254.169.254/", []string{"endpoint_url", "link-local"}},
+		{"http://localhost:1/", []string{"endpoint_url", "localhost resolves to", "loopback"}},
+	} {
+		cfg, err := json.Marshal(map[string]any{"regions": []string{"us-east-1"}, "access_key_id": ec2fake.AccessKeyID, "secret_access_key": ec2fake.Secret,
+			"endpoint_url": tc.endpoint, "ami": ec2fake.AMI})
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, e := ts.call(padmin, "POST", "/api/v1/projects/main/backends", api.AddBackendRequest{Name: "mine", Type: "aws", Config: cfg}, nil)
+		if code != http.StatusBadRequest {
+			t.Fatalf("%s: %d %v", tc.endpoint, code, e)
+		}
+		for _, w := range tc.words {
+			if !strings.Contains(e.Message, w) {
+				t.Errorf("%s: %q does not say %q", tc.endpoint, e.Message, w)
+			}
+		}
+	}
+	var list []api.Backend
+	ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/backends", nil, &list)
+	for _, b := range list {
+		if b.Name == "mine" {
+			t.Fatalf("a refused backend was stored: %+v", b)
+		}
+	}
+}
