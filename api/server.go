@@ -391,6 +391,9 @@ type Offer struct {
 	Resources InstanceResources `json:"resources"`
 	Price     float64           `json:"price"` // per hour; 0 for own hosts
 	Available string            `json:"availability"`
+	// Owned marks a host of the project's or a shared fleet: it has no
+	// price (a backend's offer carries the backend's price).
+	Owned bool `json:"owned,omitempty"`
 	// Region and Spot describe a backend's offer (empty for own hosts).
 	Region string `json:"region,omitempty"`
 	Spot   bool   `json:"spot,omitempty"`

@@ -20,12 +20,22 @@ type offerGroup struct {
 	Backend  string  `json:"backend,omitempty"`
 	Region   string  `json:"region,omitempty"`
 	Offers   int     `json:"offers"`
-	MinPrice float64 `json:"min_price"`
+	Owned    int     `json:"owned,omitempty"` // offers of owned hosts (no price)
+	MinPrice float64 `json:"min_price"`       // over the priced offers
 	MaxPrice float64 `json:"max_price"`
+	priced   bool
 }
 
-// offerPrice shows a price per hour, with (spot) for spot capacity.
+// offerPrice shows a price per hour, with (spot) for spot capacity; a
+// host of the project's own fleets is "owned" (it has no price), a
+// backend's offer without a price "-".
 func offerPrice(o api.Offer) string {
+	if o.Owned && o.Price == 0 {
+		return "owned"
+	}
+	if o.Price == 0 {
+		return "-"
+	}
 	p := fmt.Sprintf("$%.4g", o.Price)
 	if o.Spot {
 		p += " (spot)"
@@ -66,13 +76,19 @@ func groupOffers(offers []api.Offer, keys []string) []offerGroup {
 		if !ok {
 			i = len(out)
 			index[k] = i
-			g := k
-			g.MinPrice, g.MaxPrice = o.Price, o.Price
-			out = append(out, g)
+			out = append(out, k)
 		}
 		g := &out[i]
 		g.Offers++
-		g.MinPrice, g.MaxPrice = min(g.MinPrice, o.Price), max(g.MaxPrice, o.Price)
+		switch {
+		case o.Owned && o.Price == 0:
+			g.Owned++
+		case o.Price == 0: // a backend's offer without a price
+		case !g.priced:
+			g.MinPrice, g.MaxPrice, g.priced = o.Price, o.Price, true
+		default:
+			g.MinPrice, g.MaxPrice = min(g.MinPrice, o.Price), max(g.MaxPrice, o.Price)
+		}
 	}
 	return out
 }
@@ -107,11 +123,26 @@ func printOfferGroups(c *cli.Context, offers []api.Offer, by string) error {
 		for _, k := range keys {
 			row = append(row, map[string]string{"gpu": g.GPU, "backend": g.Backend, "region": g.Region}[k])
 		}
+		tb.row(append(row, strconv.Itoa(g.Offers), groupPrice(g))...)
+	}
+	return tb.flush()
+}
+
+// groupPrice is a group's price range, "owned" for its owned hosts.
+func groupPrice(g offerGroup) string {
+	var parts []string
+	if g.Owned > 0 {
+		parts = append(parts, "owned")
+	}
+	if g.priced {
 		price := fmt.Sprintf("$%.4g", g.MinPrice)
 		if g.MaxPrice != g.MinPrice {
 			price += "..$" + fmt.Sprintf("%.4g", g.MaxPrice)
 		}
-		tb.row(append(row, strconv.Itoa(g.Offers), price)...)
+		parts = append(parts, price)
 	}
-	return tb.flush()
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }

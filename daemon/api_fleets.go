@@ -61,6 +61,7 @@ func (s *fleetsAPI) instanceOut(inst store.Record) (api.Instance, error) {
 		out.Resources.GPUName, out.Resources.GPUMemory = gpuModel(d.Name), api.Size(d.MemoryTotal)
 	}
 	out.Free = out.Resources
+	out.Free.Disk = s.agents.get(inst.ID).diskFree(st.Host.DiskFree) // what is free, not the disk's size (hosts_seen.go)
 	for _, j := range s.store.Jobs().ByInstance(inst.ID) {
 		if !activeJob(j.Status) {
 			continue
@@ -300,7 +301,7 @@ func (s *fleetsAPI) offers(project string, req taskRequest) []api.Offer {
 			if req.GPUName != "" && !gpuNameMatches(free.GPUName, req.GPUName) {
 				continue
 			}
-			out = append(out, api.Offer{Backend: io.Backend, Fleet: f.Name, Instance: inst.Name, Resources: free, Available: "idle"})
+			out = append(out, api.Offer{Backend: io.Backend, Fleet: f.Name, Instance: inst.Name, Resources: free, Available: "idle", Owned: true})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Resources.GPUs > out[j].Resources.GPUs })

@@ -302,7 +302,7 @@ func (s *runsAPI) handleEvents(w http.ResponseWriter, r *http.Request) error {
 			continue
 		}
 		out = append(out, api.Event{ID: e.ID, Time: e.CreatedAt, Project: e.Project, Kind: kind, Subject: subject, Name: s.subjectName(project, kind, subject),
-			Status: e.Status, Reason: s.readableReason(project, e.Reason)})
+			Status: e.Status, Reason: s.eventReason(project, kind, e.Reason)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	if len(out) > 1000 {

@@ -41,6 +41,8 @@ type agentLink struct {
 
 	mu       sync.Mutex
 	lastSeen time.Time
+	// answer is what its agent last said when asked (hosts_seen.go).
+	answer hostSeen
 }
 
 func (l *agentLink) seen(t time.Time) {

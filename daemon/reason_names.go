@@ -77,7 +77,7 @@ func (s *Server) readableName(project, kind, tok string) string {
 			if j.Project != project {
 				return "a job of another project"
 			}
-			return "job " + j.Name
+			return "job " + jobName(j)
 		}
 	case "queue":
 		if p, name, ok := strings.Cut(tok, "/"); ok {
@@ -176,10 +176,7 @@ func (s *Server) subjectName(project, kind, subject string) string {
 		}
 	case store.KindJob:
 		if j, err := s.store.Jobs().Get(subject); err == nil && j.Project == project {
-			if _, a, ok := strings.Cut(strings.TrimPrefix(subject, j.Run), "-a"); ok {
-				return j.Name + " (attempt " + a + ")"
-			}
-			return j.Name
+			return jobName(j)
 		}
 	case store.KindQueue:
 		if name, ok := strings.CutPrefix(subject, project+"/"); ok {
@@ -204,4 +201,24 @@ func (s *Server) jobStatusOut(j store.Record) string {
 		return store.JobProvisioning
 	}
 	return j.Status
+}
+
+// jobName is a job's name with its attempt when it is not the first:
+// "train-0-1", "train-0-1 (attempt 2)".
+func jobName(j store.Record) string {
+	if _, a, ok := strings.Cut(strings.TrimPrefix(j.ID, j.Run), "-a"); ok {
+		return j.Name + " (attempt " + a + ")"
+	}
+	return j.Name
+}
+
+// eventReason is an event's reason as the API shows it: a run's, a job's
+// or a queue's with the project's names (readableReason); a host's as
+// recorded, since it names the exact attempt's job it stopped by id.
+func (s *Server) eventReason(project, kind, reason string) string {
+	switch store.Kind(kind) {
+	case store.KindRun, store.KindJob, store.KindQueue:
+		return s.readableReason(project, reason)
+	}
+	return reason
 }

@@ -297,7 +297,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.reconciler.adoptJobs(ctx)
 	s.hosts.resumeSSHFleets()
 	s.gwResolver = newGatewayResolver(s) // before the probes, which tell it of readiness changes
-	for _, loop := range []func(context.Context){s.reconciler.feedLoop, s.scheduler.schedulerLoop, s.scheduler.usageLoop, s.serviceLoop, s.volumeCleanupLoop} {
+	for _, loop := range []func(context.Context){s.reconciler.feedLoop, s.scheduler.schedulerLoop, s.scheduler.usageLoop, s.serviceLoop, s.volumeCleanupLoop, s.hosts.hostsSeenLoop} {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
