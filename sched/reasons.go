@@ -125,7 +125,7 @@ func (c *cycle) explainPlacement(j int, tasks []int) string {
 		return "no node is schedulable"
 	}
 	if sel := js.job.Nodes; js.eligible != nil && c.idx.all.next(0, js.eligible) < 0 {
-		return "no schedulable node has " + sel.String()
+		return "no schedulable node has " + c.narrowest(sel)
 	}
 	for _, t := range tasks {
 		if r := c.explainImpossible(&js.job.Tasks[t], js.eligible); r != "" {
@@ -158,6 +158,41 @@ func (c *cycle) explainPlacement(j int, tasks []int) string {
 			" at once; free capacity fits " + strconv.Itoa(n)
 	}
 	return c.explainBusy(&js.job.Tasks[tasks[0]], js.eligible)
+}
+
+// narrowest describes the parts of sel's And that no schedulable node of
+// sel's own Key (a project's nodes) meets on its own ("fleet "lab" below
+// its nodes max 2 (…)"), or all of sel when only their combination
+// selects none. Nodes outside the Key's are never looked at: they may
+// belong to another project.
+func (c *cycle) narrowest(sel NodeSelector) string {
+	base := NodeSelector{Key: sel.Key, Values: sel.Values, Name: sel.Name}
+	if c.idx.all.next(0, nil) < 0 || !c.anySelected(base) {
+		return sel.String()
+	}
+	var none []string
+	for _, p := range sel.And {
+		if p.IsZero() {
+			continue
+		}
+		if !c.anySelected(NodeSelector{Key: sel.Key, Values: sel.Values, And: []NodeSelector{p}}) {
+			none = append(none, p.String())
+		}
+	}
+	if len(none) == 0 {
+		return sel.String()
+	}
+	return strings.Join(none, " and ")
+}
+
+// anySelected reports whether a schedulable node meets sel.
+func (c *cycle) anySelected(sel NodeSelector) bool {
+	for n := c.idx.all.next(0, nil); n >= 0; n = c.idx.all.next(n+1, nil) {
+		if sel.selects(c.nodes[n].node) {
+			return true
+		}
+	}
+	return false
 }
 
 // explainImpossible names a request no schedulable node in mask (nil:
