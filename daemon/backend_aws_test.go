@@ -311,3 +311,63 @@ func TestProjectAdminCannotPointAnAWSBackendAtTheServersOwnNetwork(t *testing.T)
 		}
 	}
 }
+
+// TestAWSFleetTriesTheNextOfferOnNoCapacityAndReplacesAMachineThatNeverRegisters:
+// the cheapest allowed offer answers InsufficientInstanceCapacity, so the
+// fleet makes the next cheapest at once (the reason names it); that
+// machine never registers, so after the registration timeout it is
+// terminated and its offer backs off too; with both backing off the run
+// says so; once capacity is back the first offer is tried again after its
+// backoff, and that machine's agent joins and runs the task.
+func TestAWSFleetTriesTheNextOfferOnNoCapacityAndReplacesAMachineThatNeverRegisters(t *testing.T) {
+	ts, ec2, bin := awsServer(t)
+	a := &ts.backends.autoscale
+	a.mu.Lock()
+	a.registerTimeout = 3 * time.Second
+	a.mu.Unlock()
+	ec2.NoCapacity("g5.xlarge", true)
+	if code, e := ts.applyFleet("main", "type: fleet\nname: pool\nbackends: [aws]\nnodes: 0..1\nregions: [us-east-1]\ninstance_types: [g5.xlarge, g5.2xlarge]\n"); code != http.StatusOK {
+		t.Fatalf("apply the fleet: %d %v", code, e)
+	}
+	ts.submit("type: task\nname: t\nfleets: [pool]\ncommands: [echo done]\nresources:\n  gpu: A10G:1\n")
+	testutil.Eventually(t, time.Minute, func() error {
+		if r := ts.getRun("t"); !strings.Contains(r.WhyPending, "provisioning 1 × g5.2xlarge (aws, us-east-1, $1.212/h) for fleet pool") {
+			return fmt.Errorf("t: why pending %q", r.WhyPending)
+		}
+		return nil
+	})
+	var types []string
+	for _, c := range ec2.CallsOf("RunInstances") {
+		types = append(types, c.Params.Get("InstanceType"))
+	}
+	if strings.Join(types, ",") != "g5.xlarge,g5.2xlarge" {
+		t.Fatalf("RunInstances of %v, want g5.xlarge (no capacity) then g5.2xlarge", types)
+	}
+	// The g5.2xlarge machine never boots an agent: terminated after the
+	// timeout; both offers now back off.
+	testutil.Eventually(t, time.Minute, func() error {
+		r := ts.getRun("t")
+		if len(ec2.CallsOf("TerminateInstances")) != 1 || !strings.Contains(r.WhyPending, "fleet pool cannot provision a machine") {
+			return fmt.Errorf("TerminateInstances %d; why pending %q", len(ec2.CallsOf("TerminateInstances")), r.WhyPending)
+		}
+		return nil
+	})
+	if got := ec2.Instances(); len(got) != 1 || got[0].State != "terminated" {
+		t.Fatalf("machines: %+v", got)
+	}
+	ec2.NoCapacity("g5.xlarge", false)
+	var made ec2fake.Instance
+	testutil.Eventually(t, time.Minute, func() error {
+		for _, i := range ec2.Instances() {
+			if i.Type == "g5.xlarge" {
+				made = i
+				return nil
+			}
+		}
+		return fmt.Errorf("no g5.xlarge yet; why pending %q", ts.getRun("t").WhyPending)
+	})
+	playMachine(t, bin, made)
+	if r := ts.waitRunEnd("t", 2*time.Minute); r.Status != "done" || !strings.HasSuffix(r.Jobs[0].Instance, "/"+made.Tags["gpud:instance"]) {
+		t.Fatalf("t ended %s on %s (%s)", r.Status, r.Jobs[0].Instance, r.Reason)
+	}
+}

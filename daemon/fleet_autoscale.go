@@ -86,6 +86,8 @@ type fleetAutoscaler struct {
 	reasons map[string]string
 	// lastList is when the clouds' machine lists were last read.
 	lastList time.Time
+	// warned names the machines already logged as left without backend.
+	warned map[string]bool
 	// registerTimeout bounds a machine's boot and registration (tests
 	// shorten it).
 	registerTimeout time.Duration
@@ -193,7 +195,8 @@ func (s *Server) autoscaleOnce(ctx context.Context) {
 			s.terminateMachine(ctx, m, s.backendOfMachine(m), "its fleet was deleted")
 		}
 	}
-	var listed map[string]map[string]plugins.Instance // backend name -> request id -> machine
+	var listed map[string]map[string]plugins.Instance // backend id (project/name) -> request id -> machine
+	sups := map[string]*plugins.Supervisor{}
 	a.mu.Lock()
 	if time.Since(a.lastList) >= instancesEvery {
 		listed, a.lastList = map[string]map[string]plugins.Instance{}, time.Now()
@@ -214,7 +217,8 @@ func (s *Server) autoscaleOnce(ctx context.Context) {
 		}
 		if listed != nil {
 			for _, ib := range ibs {
-				if _, done := listed[ib.name]; done {
+				id := backendID(bf.project, ib.name)
+				if _, done := listed[id]; done {
 					continue
 				}
 				lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -227,7 +231,7 @@ func (s *Server) autoscaleOnce(ctx context.Context) {
 				for _, i := range l {
 					byID[i.RequestID] = i
 				}
-				listed[ib.name] = byID
+				listed[id], sups[id] = byID, ib.sup
 			}
 		}
 		var mine []scaleMachine
@@ -241,6 +245,7 @@ func (s *Server) autoscaleOnce(ctx context.Context) {
 			reasons[bf.id] = why
 		}
 	}
+	s.terminateOrphans(ctx, machines, listed, sups)
 	a.mu.Lock()
 	changed := !maps.Equal(a.reasons, reasons)
 	a.reasons = reasons
@@ -266,7 +271,9 @@ func (s *Server) backendOfMachine(m scaleMachine) *plugins.Supervisor {
 func (s *Server) followMachines(ctx context.Context, spec *api.FleetSpec, ms []scaleMachine, ibs []instanceBackend, listed map[string]map[string]plugins.Instance) []scaleMachine {
 	a := &s.backends.autoscale
 	now := s.now()
+	a.mu.Lock()
 	timeout := cmp0(a.registerTimeout, defaultRegisterTimeout)
+	a.mu.Unlock()
 	idle := defaultIdleDuration
 	if spec.IdleDuration != nil {
 		idle = spec.IdleDuration.Value
@@ -285,7 +292,7 @@ func (s *Server) followMachines(ctx context.Context, spec *api.FleetSpec, ms []s
 			continue
 		}
 		sup := s.backendOfMachine(m)
-		if byID, ok := listed[m.Backend]; ok {
+		if byID, ok := listed[backendID(m.Project, m.Backend)]; ok {
 			if ci, ok := byID[m.ID]; ok && (ci.Interrupted || ci.State == "terminated" || ci.State == "shutting-down") {
 				why := "the cloud ended machine " + ci.ID + " (" + m.Offer.Instance + "): " + cmpStr(ci.Reason, ci.State)
 				if ci.Interrupted {
@@ -371,7 +378,24 @@ func cmpStr(a, b string) string {
 // record. It reports whether m is gone from the cloud; on an error it
 // stays, to be terminated again next tick.
 func (s *Server) terminateMachine(ctx context.Context, m scaleMachine, sup *plugins.Supervisor, why string) bool {
-	if !m.Terminated && sup != nil {
+	if !m.Terminated && sup == nil {
+		// Its backend was deleted (or its plugin does not run): the
+		// machine stays recorded, to be terminated once it is back.
+		a := &s.backends.autoscale
+		a.mu.Lock()
+		first := !a.warned[m.ID]
+		if a.warned == nil {
+			a.warned = map[string]bool{}
+		}
+		a.warned[m.ID] = true
+		a.mu.Unlock()
+		if first {
+			s.log.Warn().Str("machine", m.ID).Str("cloud_id", m.CloudID).Str("backend", m.Backend).Str("why", why).
+				Msg("autoscale: cannot terminate a machine whose backend is gone; add the backend again (or terminate it in the cloud)")
+		}
+		return false
+	}
+	if !m.Terminated {
 		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := sup.TerminateInstance(tctx, m.ID)
 		cancel()
@@ -510,4 +534,28 @@ func (s *Server) machineOut(fleet string, io *api.Instance) {
 		return
 	}
 	io.Price, io.InstanceType = m.Offer.Price, m.Offer.Instance
+}
+
+// terminateOrphans terminates the machines a backend lists for this
+// server that no machine record names: a create whose answer was lost (a
+// timeout after the cloud made it), whose record the autoscaler then
+// dropped. machines were read before the listing, and a record is always
+// written before its create, so a machine made since is never taken for
+// an orphan.
+func (s *Server) terminateOrphans(ctx context.Context, machines []scaleMachine, listed map[string]map[string]plugins.Instance, sups map[string]*plugins.Supervisor) {
+	known := map[string]bool{}
+	for _, m := range machines {
+		known[m.ID] = true
+	}
+	for id, byID := range listed {
+		for rid, ci := range byID {
+			if rid == "" || known[rid] || ci.State == "terminated" || ci.State == "shutting-down" {
+				continue
+			}
+			tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := sups[id].TerminateInstance(tctx, ci.ID)
+			cancel()
+			s.log.Warn().Err(err).Str("backend", id).Str("machine", rid).Str("cloud_id", ci.ID).Msg("autoscale: terminated a machine no record names (a lost create)")
+		}
+	}
 }

@@ -224,6 +224,9 @@ func TestCreateInstanceReportsNoCapacity(t *testing.T) {
 	if !plugins.IsNoCapacity(err) || !strings.Contains(err.Error(), "InsufficientInstanceCapacity") {
 		t.Fatalf("no capacity: %v", err)
 	}
+	if n := len(ec2.CallsOf("RunInstances")); n != 1 {
+		t.Fatalf("%d RunInstances: a no-capacity answer is not retried by the SDK (the server tries another offer)", n)
+	}
 }
 
 func catalogOffer(t *testing.T, b *Backend, typ string) api.Offer {

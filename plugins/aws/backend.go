@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/smithy-go"
@@ -52,13 +53,29 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 	hc := &http.Client{Transport: transport(cfg.DenyServerNetwork)}
 	creds := credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken)
 	for _, region := range cfg.Regions {
-		opts := ec2.Options{Region: region, Credentials: aws.NewCredentialsCache(creds), HTTPClient: hc, RetryMaxAttempts: 3}
+		opts := ec2.Options{Region: region, Credentials: aws.NewCredentialsCache(creds), HTTPClient: hc, Retryer: retryer()}
 		if cfg.EndpointURL != "" {
 			opts.BaseEndpoint = aws.String(cfg.EndpointURL)
 		}
 		b.clients[region] = ec2.New(opts)
 	}
 	return b, nil
+}
+
+// retryer is the SDK's standard retryer (3 attempts, backoff) that does
+// not retry a no-capacity answer: the server tries another offer instead,
+// at once, and backs this one off.
+func retryer() aws.Retryer {
+	return retry.NewStandard(func(o *retry.StandardOptions) {
+		o.MaxAttempts = 3
+		o.Retryables = append([]retry.IsErrorRetryable{retry.IsErrorRetryableFunc(func(err error) aws.Ternary {
+			var ae smithy.APIError
+			if errors.As(err, &ae) && slices.Contains(noCapacityCodes, ae.ErrorCode()) {
+				return aws.FalseTernary
+			}
+			return aws.UnknownTernary
+		})}, o.Retryables...)
+	})
 }
 
 // transport is the HTTP transport of the EC2 clients; deny refuses the
