@@ -210,7 +210,7 @@ func printPlan(w io.Writer, plan api.RunPlan) {
 	}
 	t := newTable(w, " #", "BACKEND", "FLEET", "INSTANCE", "RESOURCES", "PRICE", "AVAILABILITY")
 	for i, o := range plan.Offers {
-		t.row(fmt.Sprintf(" %d", i+1), o.Backend, orDash(o.Fleet), orDash(o.Instance), instanceResources(o.Resources), fmt.Sprintf("$%.4g", o.Price), orDash(o.Available))
+		t.row(fmt.Sprintf(" %d", i+1), o.Backend, orDash(o.Fleet), orDash(o.Instance), instanceResources(o.Resources), offerPrice(o), orDash(o.Available))
 	}
 	_ = t.flush()
 	fmt.Fprintln(w)
