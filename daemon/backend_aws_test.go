@@ -371,3 +371,42 @@ func TestAWSFleetTriesTheNextOfferOnNoCapacityAndReplacesAMachineThatNeverRegist
 		t.Fatalf("t ended %s on %s (%s)", r.Status, r.Jobs[0].Instance, r.Reason)
 	}
 }
+
+// TestAWSFleetKeepsItsMinimumUpWithoutRunsAndIdle: nodes {min: 1, max: 2}
+// makes one machine with no run at all, and idle_duration never takes the
+// fleet below its minimum.
+func TestAWSFleetKeepsItsMinimumUpWithoutRunsAndIdle(t *testing.T) {
+	ts, ec2, bin := awsServer(t)
+	if code, e := ts.applyFleet("main", "type: fleet\nname: warm\nbackends: [aws]\nnodes: {min: 1, max: 2}\nidle_duration: 1s\ninstance_types: [g6.xlarge]\n"); code != http.StatusOK {
+		t.Fatalf("apply the fleet: %d %v", code, e)
+	}
+	testutil.Eventually(t, time.Minute, func() error {
+		if n := len(ec2.Instances()); n != 1 {
+			return fmt.Errorf("%d machines", n)
+		}
+		return nil
+	})
+	m := ec2.Instances()[0]
+	if m.Type != "g6.xlarge" || m.Spot {
+		t.Fatalf("the minimum's machine: %+v", m)
+	}
+	playMachine(t, bin, m)
+	// Idle well past idle_duration, by the machine's own record.
+	testutil.Eventually(t, time.Minute, func() error {
+		b, err := ts.store.KV().Load(ts.ctx, machineKey(m.Tags["gpud:instance"]))
+		if err != nil {
+			return err
+		}
+		var rec scaleMachine
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return err
+		}
+		if rec.IdleSince.IsZero() || ts.now().Sub(rec.IdleSince) < 3*time.Second {
+			return fmt.Errorf("machine registered %v, idle since %v", rec.RegisteredAt, rec.IdleSince)
+		}
+		return nil
+	})
+	if n, f := len(ec2.CallsOf("TerminateInstances")), ts.getFleet("warm"); n != 0 || len(f.Instances) != 1 || len(ec2.Instances()) != 1 {
+		t.Fatalf("below min: %d TerminateInstances, %d hosts, %d machines", n, len(f.Instances), len(ec2.Instances()))
+	}
+}

@@ -36,7 +36,8 @@ var otherKindRules = fieldRules{
 	"fleet:ssh_config.hosts.blocks":    {All: &refusal{Why: "blocks do not split hosts yet", Instead: "drop blocks; a host's GPUs are shared job by job"}},
 	"fleet:placement":                  {Proof: []string{"daemon.TestMultiNodeGangStaysWithinOneFleet"}},
 	"fleet:blocks":                     {All: &refusal{Why: "blocks do not split hosts yet", Instead: "drop blocks; a host's GPUs are shared job by job"}},
-	"fleet:nodes": {Subtree: true, Proof: []string{"daemon.TestRegisteredFleetTakesNoMoreHostsThanNodesMax", "daemon.TestBackendFleetPlacesRunsOnItsBackendsWithinItsNodesMax"},
+	"fleet:nodes": {Subtree: true, Proof: []string{"daemon.TestRegisteredFleetTakesNoMoreHostsThanNodesMax", "daemon.TestBackendFleetPlacesRunsOnItsBackendsWithinItsNodesMax",
+		autoscaleProof, "daemon.TestAWSFleetKeepsItsMinimumUpWithoutRunsAndIdle"},
 		Check: func(fc *fieldCheck, _ string) *refusal {
 			if n := fc.cfg.Fleet.Nodes; n != nil && (n.Min > 0 || n.Target > 0) && len(fc.cfg.Fleet.Backends) > 0 && !fleetProvisions(fc) {
 				return &refusal{Why: "job backends create no machines, so a backend fleet without an instance backend (aws) has no instances to keep up to a minimum or target (its nodes max caps the jobs its runs hold at once)",
