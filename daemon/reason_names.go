@@ -79,6 +79,9 @@ func (s *Server) readableName(project, kind, tok string) string {
 			}
 			return "job " + jobName(j)
 		}
+		if id, _, _ := strings.Cut(tok, "-"); isRecordID(id) {
+			return "a run since deleted" // its name is gone with it
+		}
 	case "queue":
 		if p, name, ok := strings.Cut(tok, "/"); ok {
 			if p != project {
@@ -221,4 +224,18 @@ func (s *Server) eventReason(project, kind, reason string) string {
 		return s.readableReason(project, reason)
 	}
 	return reason
+}
+
+// isRecordID reports whether s has the form of newID's ids (16 hex
+// digits).
+func isRecordID(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -168,3 +168,25 @@ func TestRequestsAreShownAsWritten(t *testing.T) {
 		t.Errorf("a job starting on a process-runtime host shows %q, want provisioning", got)
 	}
 }
+
+// TestReadableReasonNamesWhatTheProjectMayRead: scheduler names become
+// the project's names; another project's runs and queues are not named,
+// a deleted run's id is not shown, other words stay as they are.
+func TestReadableReasonNamesWhatTheProjectMayRead(t *testing.T) {
+	ts := startServer(t, "")
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects", api.CreateProjectRequest{Name: "other"}, nil)
+	var mine, theirs api.Run
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(sleepTask("mine", "default", 0)), &mine)
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/other/runs/apply", yamlApply(sleepTask("theirs", "default", 0)), &theirs)
+	for in, want := range map[string]string{
+		"reclaimed by job " + mine.ID + " of queue main/qa: queue main/qb holds more":    "reclaimed by run mine of queue qa: queue qb holds more",
+		"preempted by job " + theirs.ID + " of priority 50 in queue other/q":             "preempted by a run of another project of priority 50 in a queue of another project",
+		"moved to make room for job 0123456789abcdef":                                    "moved to make room for a run since deleted",
+		"placed on local-vm by allocate; starts once (job " + mine.ID + "-0-0 stopping)": "placed on local-vm by allocate; starts once (job mine-0-0 stopping)",
+		"the job is not preemptible and queue is full":                                   "the job is not preemptible and queue is full",
+	} {
+		if got := ts.readableReason("main", in); got != want {
+			t.Errorf("readableReason(%q)\n got %q\nwant %q", in, got, want)
+		}
+	}
+}
