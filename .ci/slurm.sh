@@ -190,10 +190,11 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     ;;
   esac
 else
-  slurm_start || { echo "ci: starting Slurm failed" >&2; return 1; }
-  slurm_exports
   # Stop Slurm when the sourcing shell exits, then run the EXIT trap that was
-  # there before (services.sh's dockerd stop).
+  # there before (services.sh's dockerd stop). Set before the start, so a
+  # start that fails halfway stops the daemons it did start.
   eval "slurm_prev_trap=($(trap -p EXIT))"
   trap "slurm_stop; ${slurm_prev_trap[2]:-}" EXIT
+  slurm_start || { echo "ci: starting Slurm failed" >&2; return 1; }
+  slurm_exports
 fi
