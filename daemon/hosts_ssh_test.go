@@ -14,7 +14,6 @@ import (
 
 	"gpud.dev/gpud/api"
 	"gpud.dev/gpud/internal/testutil"
-	"gpud.dev/gpud/plugins/sshfleet"
 )
 
 // staticGpud is the gpud uploaded to SSH hosts: prebuilt when
@@ -133,7 +132,7 @@ func TestSSHFleetHostFailuresBecomeInstanceEvents(t *testing.T) {
 	hosts := []*testutil.SSHD{testutil.StartSSHD(t, image, nw, key.Public), testutil.StartSSHD(t, image, nw, key.Public)}
 	ts := startServerWith(t, Options{Runtime: "process", AgentBinary: bin,
 		SSHAgentArgs: []string{"--runtime", "process", "--fake-gpus", "1xH100:80GB"},
-		SSHHealth:    sshfleet.HealthConfig{KeepaliveInterval: 300 * time.Millisecond, UnreachableAfter: 1500 * time.Millisecond}})
+		SSHHealth:    clusterHealth()})
 	// Pin the second host's key, then change it, as a reinstall would.
 	if err := ts.Store().KV().Store(context.Background(), "ssh/known_hosts/"+hosts[1].Addr(), hosts[1].HostKey.Marshal()); err != nil {
 		t.Fatal(err)
