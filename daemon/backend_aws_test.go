@@ -373,11 +373,12 @@ func TestAWSFleetTriesTheNextOfferOnNoCapacityAndReplacesAMachineThatNeverRegist
 }
 
 // TestAWSFleetKeepsItsMinimumUpWithoutRunsAndIdle: nodes {min: 1, max: 2}
-// makes one machine with no run at all, and idle_duration never takes the
-// fleet below its minimum.
+// makes one machine with no run at all, launched into the fleet's
+// capacity reservation, and idle_duration never takes the fleet below its
+// minimum.
 func TestAWSFleetKeepsItsMinimumUpWithoutRunsAndIdle(t *testing.T) {
 	ts, ec2, bin := awsServer(t)
-	if code, e := ts.applyFleet("main", "type: fleet\nname: warm\nbackends: [aws]\nnodes: {min: 1, max: 2}\nidle_duration: 1s\ninstance_types: [g6.xlarge]\n"); code != http.StatusOK {
+	if code, e := ts.applyFleet("main", "type: fleet\nname: warm\nbackends: [aws]\nnodes: {min: 1, max: 2}\nidle_duration: 1s\ninstance_types: [g6.xlarge]\nreservation: cr-0123456789abcdef0\n"); code != http.StatusOK {
 		t.Fatalf("apply the fleet: %d %v", code, e)
 	}
 	testutil.Eventually(t, time.Minute, func() error {
@@ -389,6 +390,9 @@ func TestAWSFleetKeepsItsMinimumUpWithoutRunsAndIdle(t *testing.T) {
 	m := ec2.Instances()[0]
 	if m.Type != "g6.xlarge" || m.Spot {
 		t.Fatalf("the minimum's machine: %+v", m)
+	}
+	if p := ec2.CallsOf("RunInstances")[0].Params; p.Get("CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId") != "cr-0123456789abcdef0" {
+		t.Fatalf("RunInstances without the fleet's reservation: %v", p)
 	}
 	playMachine(t, bin, m)
 	// Idle well past idle_duration, by the machine's own record.

@@ -2,7 +2,7 @@ package daemon
 
 // provisioningRefusal is why the fields of fleets that gpud would have to
 // provision, and does not pass to the cloud yet, wait.
-var provisioningRefusal = &refusal{Why: "gpud does not pass this field to the machines it provisions yet (backend fleets on aws take regions, instance_types, spot_policy, max_price and idle_duration)",
+var provisioningRefusal = &refusal{Why: "gpud does not pass this field to the machines it provisions yet (backend fleets on aws take regions, instance_types, reservation, spot_policy, max_price and idle_duration)",
 	Instead: "drop it; list existing hosts under ssh_config, register hosts with `gpud fleet token` and `gpud agent --server URL --token T`, or use a backend fleet on aws"}
 
 // autoscaleProof is the e2e test of fleet autoscaling on the AWS backend
@@ -70,14 +70,13 @@ var otherKindRules = fieldRules{
 	"fleet:regions":            {Proof: []string{autoscaleProof}, Check: provisioningCheck},
 	"fleet:availability_zones": {All: provisioningRefusal},
 	"fleet:instance_types":     {Proof: []string{autoscaleProof}, Check: provisioningCheck},
-	"fleet:reservation": {All: &refusal{Why: "capacity reservations are not passed to the cloud yet (the aws backend's RunInstances has no CapacityReservationSpecification)",
-		Instead: "drop reservation; an EC2 capacity reservation with open matching is used by RunInstances of its type and zone without naming it"}},
-	"fleet:spot_policy":   {Proof: []string{autoscaleProof}, Check: provisioningCheck},
-	"fleet:max_price":     {Proof: []string{autoscaleProof, "daemon.TestAWSFleetMaxPriceBelowEveryOfferLeavesTheRunPendingSayingSo"}, Check: provisioningCheck},
-	"fleet:idle_duration": {Proof: []string{autoscaleProof}, Check: provisioningCheck},
-	"fleet:retry":         {All: provisioningRefusal},
-	"fleet:tags":          {All: provisioningRefusal},
-	"fleet:env":           {All: &refusal{Why: "a fleet's env is not passed to its hosts' agents yet", Instead: "set env on the runs"}},
+	"fleet:reservation":        {Proof: []string{"daemon.TestAWSFleetKeepsItsMinimumUpWithoutRunsAndIdle"}, Check: provisioningCheck},
+	"fleet:spot_policy":        {Proof: []string{autoscaleProof}, Check: provisioningCheck},
+	"fleet:max_price":          {Proof: []string{autoscaleProof, "daemon.TestAWSFleetMaxPriceBelowEveryOfferLeavesTheRunPendingSayingSo"}, Check: provisioningCheck},
+	"fleet:idle_duration":      {Proof: []string{autoscaleProof}, Check: provisioningCheck},
+	"fleet:retry":              {All: provisioningRefusal},
+	"fleet:tags":               {All: provisioningRefusal},
+	"fleet:env":                {All: &refusal{Why: "a fleet's env is not passed to its hosts' agents yet", Instead: "set env on the runs"}},
 
 	"queue:type":                {Proof: []string{"daemon.TestQueuesShareAndReclaimThroughTheAPI"}},
 	"queue:name":                {Proof: []string{"daemon.TestQueuesShareAndReclaimThroughTheAPI"}},

@@ -116,7 +116,7 @@ func (s *Server) scaleFleet(ctx context.Context, bf backendFleet, spec *api.Flee
 				lastWhy = cmpStr(priceWhy, noOfferWhy(spec, offers, r))
 				continue
 			}
-			m, err := s.provision(ctx, bf, choice)
+			m, err := s.provision(ctx, bf, spec, choice)
 			if err != nil {
 				lastWhy = err.Error()
 				continue
@@ -184,7 +184,7 @@ func noOfferWhy(spec *api.FleetSpec, offers []scaleOffer, r taskRequest) string 
 // provision makes one machine for fleet bf from the first offer of
 // choice that the cloud has capacity for; a no-capacity answer backs that
 // offer off and tries the next.
-func (s *Server) provision(ctx context.Context, bf backendFleet, choice []scaleOffer) (scaleMachine, error) {
+func (s *Server) provision(ctx context.Context, bf backendFleet, spec *api.FleetSpec, choice []scaleOffer) (scaleMachine, error) {
 	a := &s.backends.autoscale
 	f, err := s.store.Fleets().Get(bf.id)
 	if err != nil {
@@ -218,7 +218,7 @@ func (s *Server) provision(ctx context.Context, bf backendFleet, choice []scaleO
 		}
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		inst, err := sup.CreateInstance(cctx, plugins.InstanceRequest{ID: m.ID, Project: bf.project, Offer: o.offer, Spot: o.offer.Spot, Register: reg,
-			Resources: o.offer.Resources})
+			Resources: o.offer.Resources, Reservation: spec.Reservation})
 		cancel()
 		if err != nil {
 			now := time.Now()

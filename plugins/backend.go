@@ -147,11 +147,14 @@ type Gang struct {
 type InstanceRequest struct {
 	ID string `json:"id"`
 	// Project is the project whose fleet the machine joins (tags, names).
-	Project   string                `json:"project,omitempty"`
-	Offer     api.Offer             `json:"offer"`
-	Spot      bool                  `json:"spot,omitempty"`
-	Register  RegistrationSettings  `json:"register"`
-	Resources api.InstanceResources `json:"resources"`
+	Project string    `json:"project,omitempty"`
+	Offer   api.Offer `json:"offer"`
+	Spot    bool      `json:"spot,omitempty"`
+	// Reservation names a capacity reservation of the cloud to launch
+	// into (a fleet's reservation; EC2: cr-...).
+	Reservation string                `json:"reservation,omitempty"`
+	Register    RegistrationSettings  `json:"register"`
+	Resources   api.InstanceResources `json:"resources"`
 }
 
 // RegistrationSettings are what a new machine's `gpud agent --server`

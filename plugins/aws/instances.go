@@ -125,6 +125,13 @@ func (b *Backend) CreateInstance(ctx context.Context, req plugins.InstanceReques
 	if b.cfg.KeyName != "" {
 		in.KeyName = aws.String(b.cfg.KeyName)
 	}
+	if req.Reservation != "" {
+		if !strings.HasPrefix(req.Reservation, "cr-") {
+			return plugins.Instance{}, fmt.Errorf("aws backend: reservation %q is not a capacity reservation id like cr-0123456789abcdef0", req.Reservation)
+		}
+		in.CapacityReservationSpecification = &types.CapacityReservationSpecification{
+			CapacityReservationTarget: &types.CapacityReservationTarget{CapacityReservationId: aws.String(req.Reservation)}}
+	}
 	spot := req.Spot || req.Offer.Spot
 	if spot {
 		in.InstanceMarketOptions = &types.InstanceMarketOptionsRequest{MarketType: types.MarketTypeSpot,
