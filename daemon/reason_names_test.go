@@ -176,8 +176,8 @@ func TestReadableReasonNamesWhatTheProjectMayRead(t *testing.T) {
 	ts := startServer(t, "")
 	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects", api.CreateProjectRequest{Name: "other"}, nil)
 	var mine, theirs api.Run
-	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(sleepTask("mine", "default", 0)), &mine)
-	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/other/runs/apply", yamlApply(sleepTask("theirs", "default", 0)), &theirs)
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/main/runs/apply", yamlApply(sleepTask("mine", "default", 8)), &mine) // waits: no host has GPUs
+	ts.must(http.StatusCreated, ts.admin, "POST", "/api/v1/projects/other/runs/apply", yamlApply(sleepTask("theirs", "default", 8)), &theirs)
 	for in, want := range map[string]string{
 		"reclaimed by job " + mine.ID + " of queue main/qa: queue main/qb holds more":    "reclaimed by run mine of queue qa: queue qb holds more",
 		"preempted by job " + theirs.ID + " of priority 50 in queue other/q":             "preempted by a run of another project of priority 50 in a queue of another project",
