@@ -414,3 +414,36 @@ func TestAWSFleetKeepsItsMinimumUpWithoutRunsAndIdle(t *testing.T) {
 		t.Fatalf("below min: %d TerminateInstances, %d hosts, %d machines", n, len(f.Instances), len(ec2.Instances()))
 	}
 }
+
+// TestAWSFleetAdoptsAMachineWhoseCreateAnswerWasLost: EC2 makes the
+// machine but every answer to RunInstances is lost (the SDK's retries use
+// the same ClientToken, so one machine); the autoscaler keeps the machine
+// recorded as unconfirmed instead of forgetting it, adopts it when
+// DescribeInstances lists it, and its agent runs the task: no second
+// machine, nothing left running unrecorded.
+func TestAWSFleetAdoptsAMachineWhoseCreateAnswerWasLost(t *testing.T) {
+	ts, ec2, bin := awsServer(t)
+	ec2.LoseRunAnswers(3)
+	if code, e := ts.applyFleet("main", "type: fleet\nname: pool\nbackends: [aws]\nnodes: 0..2\nidle_duration: 1m\ninstance_types: [g5.xlarge]\nregions: [us-east-1]\n"); code != http.StatusOK {
+		t.Fatalf("apply the fleet: %d %v", code, e)
+	}
+	ts.submit("type: task\nname: t\nfleets: [pool]\ncommands: [echo done]\nresources:\n  gpu: 1\n")
+	testutil.Eventually(t, time.Minute, func() error {
+		r := ts.getRun("t")
+		if len(ec2.CallsOf("RunInstances")) < 3 || !strings.Contains(r.WhyPending, "provisioning 1 × g5.xlarge (aws, us-east-1, $1.006/h) for fleet pool") {
+			return fmt.Errorf("RunInstances %d; why pending %q", len(ec2.CallsOf("RunInstances")), r.WhyPending)
+		}
+		return nil
+	})
+	made := ec2.Instances()
+	if len(made) != 1 {
+		t.Fatalf("%d machines for one create", len(made))
+	}
+	playMachine(t, bin, made[0])
+	if r := ts.waitRunEnd("t", 2*time.Minute); r.Status != "done" {
+		t.Fatalf("t ended %s (%s)", r.Status, r.Reason)
+	}
+	if n := len(ec2.Instances()); n != 1 {
+		t.Fatalf("%d machines: the lost create was made again", n)
+	}
+}

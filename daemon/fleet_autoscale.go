@@ -71,7 +71,17 @@ type scaleMachine struct {
 	// Terminated: the cloud terminated it; its host is deregistered once
 	// its jobs have ended.
 	Terminated bool `json:"terminated,omitempty"`
+	// Unconfirmed: its create failed in a way that may have made it (a
+	// timeout, a lost answer) at UnconfirmedAt; the cloud's listing
+	// decides: listed, it is adopted; still absent 30 s later, forgotten.
+	Unconfirmed   bool      `json:"unconfirmed,omitempty"`
+	UnconfirmedAt time.Time `json:"unconfirmed_at,omitzero"`
 }
+
+// unconfirmedGrace is how long a machine whose create failed uncertainly
+// may stay absent from its cloud's listing (EC2's DescribeInstances is
+// eventually consistent) before it is taken as never made.
+const unconfirmedGrace = 30 * time.Second
 
 func machineKey(id string) string { return autoscaleMachinesDir + "/" + id }
 
@@ -196,7 +206,6 @@ func (s *Server) autoscaleOnce(ctx context.Context) {
 		}
 	}
 	var listed map[string]map[string]plugins.Instance // backend id (project/name) -> request id -> machine
-	sups := map[string]*plugins.Supervisor{}
 	a.mu.Lock()
 	if time.Since(a.lastList) >= instancesEvery {
 		listed, a.lastList = map[string]map[string]plugins.Instance{}, time.Now()
@@ -231,7 +240,7 @@ func (s *Server) autoscaleOnce(ctx context.Context) {
 				for _, i := range l {
 					byID[i.RequestID] = i
 				}
-				listed[id], sups[id] = byID, ib.sup
+				listed[id] = byID
 			}
 		}
 		var mine []scaleMachine
@@ -245,7 +254,6 @@ func (s *Server) autoscaleOnce(ctx context.Context) {
 			reasons[bf.id] = why
 		}
 	}
-	s.terminateOrphans(ctx, machines, listed, sups)
 	a.mu.Lock()
 	changed := !maps.Equal(a.reasons, reasons)
 	a.reasons = reasons
@@ -292,6 +300,19 @@ func (s *Server) followMachines(ctx context.Context, spec *api.FleetSpec, ms []s
 			continue
 		}
 		sup := s.backendOfMachine(m)
+		if byID, ok := listed[backendID(m.Project, m.Backend)]; ok && m.Unconfirmed {
+			if ci, ok := byID[m.ID]; ok {
+				m.Unconfirmed, m.CloudID = false, ci.ID // made after all: adopted, booting
+				if err := s.saveMachine(ctx, m); err != nil {
+					s.log.Warn().Err(err).Str("machine", m.ID).Msg("autoscale: adopt machine")
+				}
+			} else if now.Sub(m.UnconfirmedAt) > unconfirmedGrace {
+				if _, err := s.store.Apply(ctx, store.KVDelete(machineKey(m.ID)), store.KVDelete(regTokenKey(m.TokenHash)), store.KVDelete(regIDKey(m.TokenID))); err != nil {
+					s.log.Warn().Err(err).Str("machine", m.ID).Msg("autoscale: forget a machine that was not made")
+				}
+				continue
+			}
+		}
 		if byID, ok := listed[backendID(m.Project, m.Backend)]; ok {
 			if ci, ok := byID[m.ID]; ok && (ci.Interrupted || ci.State == "terminated" || ci.State == "shutting-down") {
 				why := "the cloud ended machine " + ci.ID + " (" + m.Offer.Instance + "): " + cmpStr(ci.Reason, ci.State)
@@ -536,26 +557,3 @@ func (s *Server) machineOut(fleet string, io *api.Instance) {
 	io.Price, io.InstanceType = m.Offer.Price, m.Offer.Instance
 }
 
-// terminateOrphans terminates the machines a backend lists for this
-// server that no machine record names: a create whose answer was lost (a
-// timeout after the cloud made it), whose record the autoscaler then
-// dropped. machines were read before the listing, and a record is always
-// written before its create, so a machine made since is never taken for
-// an orphan.
-func (s *Server) terminateOrphans(ctx context.Context, machines []scaleMachine, listed map[string]map[string]plugins.Instance, sups map[string]*plugins.Supervisor) {
-	known := map[string]bool{}
-	for _, m := range machines {
-		known[m.ID] = true
-	}
-	for id, byID := range listed {
-		for rid, ci := range byID {
-			if rid == "" || known[rid] || ci.State == "terminated" || ci.State == "shutting-down" {
-				continue
-			}
-			tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := sups[id].TerminateInstance(tctx, ci.ID)
-			cancel()
-			s.log.Warn().Err(err).Str("backend", id).Str("machine", rid).Str("cloud_id", ci.ID).Msg("autoscale: terminated a machine no record names (a lost create)")
-		}
-	}
-}

@@ -225,15 +225,23 @@ func (s *Server) provision(ctx context.Context, bf backendFleet, spec *api.Fleet
 			a.mu.Lock()
 			d := a.backoff.fail(o.key(), now)
 			a.mu.Unlock()
-			if _, derr := s.store.Apply(ctx, store.KVDelete(machineKey(m.ID)), store.KVDelete(regTokenKey(hash)), store.KVDelete(regIDKey(tok.ID))); derr != nil {
-				s.log.Warn().Err(derr).Str("machine", m.ID).Msg("autoscale: forget a machine that was not made")
-			}
 			s.log.Warn().Err(err).Str("fleet", bf.name).Str("offer", o.describe()).Dur("backoff", d).Msg("autoscale: create machine")
 			errs = append(errs, fmt.Sprintf("%s: %v", o.describe(), err))
 			if plugins.IsNoCapacity(err) {
+				// The cloud refused it: nothing was made.
+				if _, derr := s.store.Apply(ctx, store.KVDelete(machineKey(m.ID)), store.KVDelete(regTokenKey(hash)), store.KVDelete(regIDKey(tok.ID))); derr != nil {
+					s.log.Warn().Err(derr).Str("machine", m.ID).Msg("autoscale: forget a machine that was not made")
+				}
 				continue
 			}
-			break
+			// Another error may have made it (a timeout after the cloud's
+			// answer): the cloud's listing decides (followMachines), and
+			// no other offer is tried meanwhile.
+			m.Unconfirmed, m.UnconfirmedAt = true, s.now()
+			if serr := s.saveMachine(ctx, m); serr != nil {
+				s.log.Warn().Err(serr).Str("machine", m.ID).Msg("autoscale: record an unconfirmed machine")
+			}
+			return m, fmt.Errorf("%s", strings.Join(errs, "; "))
 		}
 		a.mu.Lock()
 		a.backoff.succeed(o.key())

@@ -55,6 +55,18 @@ type Server struct {
 	instances  []*Instance
 	noCapacity map[string]bool
 	regions    []string
+	// lose is how many RunInstances answers to lose after making the
+	// machine (a 503 in place of the answer).
+	lose int
+}
+
+// LoseRunAnswers makes the next n RunInstances calls make (or find, by
+// ClientToken) their machine and answer 503 instead of it, as when an
+// answer is lost after EC2 acted.
+func (s *Server) LoseRunAnswers(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lose = n
 }
 
 // Start starts a fake with regions enabled; Close stops it.
@@ -211,6 +223,11 @@ func (s *Server) runInstances(w http.ResponseWriter, p url.Values, region string
 		s.instances = append(s.instances, inst)
 	} else if inst.State == "pending" {
 		inst.State = "running"
+	}
+	if s.lose > 0 {
+		s.lose--
+		s.fail(w, 503, "Unavailable", "The service is unavailable. Please try again shortly.")
+		return
 	}
 	s.ok(w, "RunInstances", "<reservationId>r-1</reservationId><ownerId>123456789012</ownerId><groupSet/><instancesSet>"+instanceXML(inst)+"</instancesSet>")
 }
