@@ -556,4 +556,3 @@ func (s *Server) machineOut(fleet string, io *api.Instance) {
 	}
 	io.Price, io.InstanceType = m.Offer.Price, m.Offer.Instance
 }
-
