@@ -19,6 +19,7 @@ import (
 // the events name the runs and jobs, and no reason carries a run id.
 func TestReclaimedRunSaysWhoTookItBack(t *testing.T) {
 	ts := startServer(t, "2xH100:80GB")
+	defer stopAllAndWait(t, ts)
 	for _, q := range []string{"qa", "qb"} {
 		cfg := fmt.Sprintf("type: queue\nname: %s\nquota:\n  gpu: 1\n", q)
 		ts.must(http.StatusOK, ts.admin, "POST", "/api/v1/projects/main/queues/apply", api.ApplyRequest{ConfigurationYAML: cfg}, nil)
@@ -102,6 +103,7 @@ func TestReclaimedRunSaysWhoTookItBack(t *testing.T) {
 // its children's quotas, limits (when each has one) and jobs.
 func TestParentQueueShowsItsChildrensTotals(t *testing.T) {
 	ts := startServer(t, "2xH100:80GB")
+	defer stopAllAndWait(t, ts)
 	for _, cfg := range []string{
 		"type: queue\nname: org\n",
 		"type: queue\nname: t1\nparent: org\nquota:\n  gpu: 1\n  cpu: 2\nlimit:\n  gpu: 2\n",
@@ -189,4 +191,21 @@ func TestReadableReasonNamesWhatTheProjectMayRead(t *testing.T) {
 			t.Errorf("readableReason(%q)\n got %q\nwant %q", in, got, want)
 		}
 	}
+}
+
+// stopAllAndWait aborts the project's active runs and waits until each
+// has ended, so no job a run got while others stopped outlives the test.
+func stopAllAndWait(t *testing.T, ts *testServer) {
+	t.Helper()
+	testutil.Eventually(t, 60*time.Second, func() error {
+		var list []api.Run
+		ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/runs", nil, &list)
+		for _, r := range list {
+			ts.call(ts.admin, "POST", "/api/v1/projects/main/runs/"+r.Name+"/stop", api.StopRunRequest{Abort: true}, nil)
+		}
+		if len(list) > 0 {
+			return fmt.Errorf("%d runs still active", len(list))
+		}
+		return nil
+	})
 }
