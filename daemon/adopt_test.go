@@ -76,7 +76,7 @@ func TestAdoptionStopsAJobTheStoreHasFinished(t *testing.T) {
 	var events []api.Event
 	ts.must(http.StatusOK, ts.admin, "GET", "/api/v1/projects/main/events?limit=1000", nil, &events)
 	for _, e := range events {
-		if e.Status == "stale_job_stopped" && strings.Contains(e.Reason, jobID) {
+		if e.Status == "stale_job_stopped" && strings.Contains(e.Reason, "stopped job orphan-0-0:") { // job jobID, by its name
 			return
 		}
 	}

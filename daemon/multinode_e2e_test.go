@@ -259,7 +259,9 @@ func TestSSHClusterHostFailureRetriesElsewhereAndStopsTheStaleJob(t *testing.T) 
 		var events []api.Event
 		c.must(http.StatusOK, c.admin, "GET", "/api/v1/projects/main/events", nil, &events)
 		if !slices.ContainsFunc(events, func(e api.Event) bool {
-			return e.Kind == "instances" && e.Subject == second.Instance && e.Status == "stale_job_stopped" && strings.Contains(e.Reason, second.ID)
+			// the job by its name and attempt (second.ID ends -aN)
+			named := "stopped job " + second.Name + " (attempt " + second.ID[strings.LastIndex(second.ID, "-a")+2:] + "):"
+			return e.Kind == "instances" && e.Subject == second.Instance && e.Status == "stale_job_stopped" && strings.Contains(e.Reason, named)
 		}) {
 			var seen []string
 			for _, e := range events {

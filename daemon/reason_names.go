@@ -215,15 +215,11 @@ func jobName(j store.Record) string {
 	return j.Name
 }
 
-// eventReason is an event's reason as the API shows it: a run's, a job's
-// or a queue's with the project's names (readableReason); a host's as
-// recorded, since it names the exact attempt's job it stopped by id.
+// eventReason is an event's reason as the API shows it, with the
+// project's names (readableReason): a host's event names the job it
+// stopped with its attempt ("stopped job train-0-0 (attempt 1): …").
 func (s *Server) eventReason(project, kind, reason string) string {
-	switch store.Kind(kind) {
-	case store.KindRun, store.KindJob, store.KindQueue:
-		return s.readableReason(project, reason)
-	}
-	return reason
+	return s.readableReason(project, reason)
 }
 
 // isRecordID reports whether s has the form of newID's ids (16 hex
