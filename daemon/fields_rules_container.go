@@ -19,7 +19,7 @@ var containerRules = fieldRules{
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "the process runtime pulls no images", Instead: "run on a host with Docker, or drop registry_auth"},
 			targetBackend: {Why: "a job backend without containers (Slurm) pulls no images", Instead: "run on a host with Docker or a backend that runs images, or drop registry_auth", Unless: plugins.FeatureImage}}},
 	"python": {Proof: []string{"daemon.TestPythonPicksTheServersImageForThatVersion", "daemon.TestPythonOnTheProcessRuntimeIsTheHostsInterpreter"},
-		Check: checkPython,
+		Check:  checkPython,
 		Refuse: map[fieldTarget]refusal{targetBackend: {Why: "python picks the server's image for that version, and a job backend without containers (Slurm) runs no images", Instead: "run on a host or a backend that runs images, or drop python and use the nodes' own interpreter", Unless: plugins.FeatureImage}}},
 	"nvcc": {Proof: []string{"daemon.TestNvccPicksTheServersDevelImage"}, Check: checkNvcc,
 		Refuse: map[fieldTarget]refusal{targetProcess: {Why: "the process runtime has no image with the CUDA compiler", Instead: "run on a host with Docker, or install nvcc on the host and drop nvcc"},
