@@ -229,8 +229,12 @@ type Run struct {
 	Configuration json.RawMessage `json:"configuration"`
 	Jobs          []Job           `json:"jobs"`
 	// ExitCode is the exit code of the run's first job once it ended.
-	ExitCode    *int      `json:"exit_code,omitempty"`
-	Attempt     int       `json:"attempt"` // retries so far
+	ExitCode *int `json:"exit_code,omitempty"`
+	Attempt  int  `json:"attempt"` // retries so far
+	// Cost is what the run's jobs have cost so far, every attempt, in
+	// dollars: each job's price per hour times how long it ran (own hosts
+	// cost nothing).
+	Cost        float64   `json:"cost"`
 	SubmittedAt time.Time `json:"submitted_at"`
 	StartedAt   time.Time `json:"started_at,omitzero"`
 	FinishedAt  time.Time `json:"finished_at,omitzero"`
@@ -266,7 +270,11 @@ type Job struct {
 	WhyPending string `json:"why_pending,omitempty"`
 	Instance   string `json:"instance,omitempty"`
 	// GPUs are the device indices on Instance.
-	GPUs        []int      `json:"gpus,omitempty"`
+	GPUs []int `json:"gpus,omitempty"`
+	// Price is the job's share of its placement's price per hour (0 on
+	// own hosts), and Cost what it has cost so far.
+	Price       float64    `json:"price,omitempty"`
+	Cost        float64    `json:"cost,omitempty"`
 	ExitCode    *int       `json:"exit_code,omitempty"`
 	Ports       []JobPort  `json:"ports,omitempty"`
 	SubmittedAt time.Time  `json:"submitted_at"`

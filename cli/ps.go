@@ -75,13 +75,13 @@ func printRuns(w io.Writer, runs []api.Run, now time.Time) error {
 		fmt.Fprintln(w, "no runs (gpud ps -a includes finished ones)")
 		return nil
 	}
-	t := newTable(w, "NAME", "TYPE", "QUEUE", "RESOURCES", "INSTANCE", "STATUS", "SUBMITTED", "EXIT")
+	t := newTable(w, "NAME", "TYPE", "QUEUE", "RESOURCES", "INSTANCE", "STATUS", "SUBMITTED", "EXIT", "COST")
 	for _, r := range runs {
 		var res, inst string
 		if len(r.Jobs) > 0 {
 			res, inst = jobResources(r.Jobs[0].Resources), r.Jobs[0].Instance
 		}
-		t.row(r.Name, string(r.Type), orDash(r.Queue), orDash(res), orDash(inst), statusText(r.Status, r.Reason, r.WhyPending), ago(now, r.SubmittedAt), exitText(r.ExitCode))
+		t.row(r.Name, string(r.Type), orDash(r.Queue), orDash(res), orDash(inst), statusText(r.Status, r.Reason, r.WhyPending), ago(now, r.SubmittedAt), exitText(r.ExitCode), costText(r.Cost))
 		if len(r.Jobs) < 2 {
 			continue
 		}
@@ -90,7 +90,7 @@ func printRuns(w io.Writer, runs []api.Run, now time.Time) error {
 			if j.Ready != nil && !*j.Ready {
 				status += " (not ready: its probes have not passed, or it is being replaced)"
 			}
-			t.row("  "+j.Name, "", "", jobResources(j.Resources), orDash(j.Instance), status, ago(now, j.SubmittedAt), exitText(j.ExitCode))
+			t.row("  "+j.Name, "", "", jobResources(j.Resources), orDash(j.Instance), status, ago(now, j.SubmittedAt), exitText(j.ExitCode), costText(j.Cost))
 		}
 	}
 	return t.flush()
@@ -105,6 +105,17 @@ func statusText(status, reason, whyPending string) string {
 		return status + " (" + reason + ")"
 	}
 	return status
+}
+
+// costText is a run's cost so far: "-" when it ran only on own hosts.
+func costText(c float64) string {
+	switch {
+	case c <= 0:
+		return "-"
+	case c < 0.005:
+		return "<$0.01"
+	}
+	return fmt.Sprintf("$%.2f", c)
 }
 
 func exitText(code *int) string {

@@ -329,12 +329,15 @@ func (s *runsAPI) runOut(run store.Record, jobs []store.Record) (api.Run, error)
 		out.ServiceURL = "/proxy/services/" + run.Project + "/" + run.Name + "/"
 	}
 	out.IDELink = ideLink(run.Name, st.Config)
+	now := s.now()
 	sort.Slice(jobs, func(i, j int) bool { return jobs[i].ID < jobs[j].ID })
 	for _, j := range jobs {
 		js, err := s.jobSpec(j)
 		if err != nil {
 			return api.Run{}, err
 		}
+		cost := jobCost(js.Price, js.StartedAt, js.BoundAt, jobEnd(j.Status, js.FinishedAt, st.FinishedAt), now)
+		out.Cost += cost
 		if js.Attempt != st.Attempt {
 			continue
 		}
@@ -350,7 +353,7 @@ func (s *runsAPI) runOut(run store.Record, jobs []store.Record) (api.Run, error)
 		out.Jobs = append(out.Jobs, api.Job{
 			ID: j.ID, Name: j.Name, ReplicaNum: js.ReplicaNum, NodeRank: js.NodeRank, Group: js.Group, Status: s.jobStatusOut(j),
 			Reason: s.readableReason(j.Project, j.Reason), WhyPending: why, Instance: j.Instance, GPUs: js.Devices,
-			ExitCode: js.ExitCode, Ports: js.Ports, SubmittedAt: js.SubmittedAt, StartedAt: js.StartedAt,
+			Price: js.Price, Cost: cost, ExitCode: js.ExitCode, Ports: js.Ports, SubmittedAt: js.SubmittedAt, StartedAt: js.StartedAt,
 			FinishedAt: js.FinishedAt,
 			Resources: api.JobRequest{GPU: float64(js.Request.GPU) / 1000, GPUName: js.Request.GPUName,
 				GPUMemory: api.Size(js.Request.GPUMemory), GPUMemoryMax: api.Size(js.Request.GPUMemoryMax),

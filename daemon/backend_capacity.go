@@ -225,6 +225,7 @@ func (s *Server) backendNodes(ctx context.Context, e *backendEntry) ([]sched.Nod
 				runtimeLabel: "docker", backendLabel: jobBackendLabel, backendTypeLabel: strings.ToLower(info.Type), backendNameLabel: e.name,
 			}}
 		featureLabels(n.Labels, info)
+		labelPrice(&n, o.Price, r.GPUs)
 		for d := range int(r.GPUs) {
 			n.Devices = append(n.Devices, sched.Device{Index: d, Name: gpuModel(r.GPUName), Memory: int64(r.GPUMemory)})
 		}

@@ -90,8 +90,11 @@ type jobRecordSpec struct {
 	Request taskRequest `json:"request"`
 	// Spec is the agent job spec without its environment, which is sealed
 	// (it may hold secrets).
-	Spec        api.JobSpec   `json:"spec"`
-	Devices     []int         `json:"devices,omitempty"`
+	Spec    api.JobSpec `json:"spec"`
+	Devices []int       `json:"devices,omitempty"`
+	// Price is the hourly price of the job's share of what it was placed
+	// on (0 on own hosts; run_cost.go).
+	Price       float64       `json:"price,omitempty"`
 	ExitCode    *int          `json:"exit_code,omitempty"`
 	WhyPending  string        `json:"why_pending,omitempty"`
 	Ports       []api.JobPort `json:"ports,omitempty"`

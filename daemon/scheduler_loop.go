@@ -74,6 +74,7 @@ func (s *scheduler) cycle(ctx context.Context) error {
 	plan := sched.Schedule(snap)
 	var muts []store.Mutation
 	var binds []string
+	var nodes map[string]*sched.Node // by name, made at the first bind
 	s.assignVolumeTasks(plan.Placements, idx)
 	muts, held := s.bindVolumes(placedVolumes(plan.Placements, idx), now)
 	for _, p := range plan.Placements {
@@ -94,6 +95,7 @@ func (s *scheduler) cycle(ctx context.Context) error {
 		}
 		j.Status, j.Instance, j.Reason = store.JobProvisioning, p.Node, "placed on "+p.Node+" by "+string(p.Action)
 		js.Devices, js.BoundAt, js.WhyPending = p.Devices, now, ""
+		js.Price = s.placedPrice(nodeOf(snap, p.Node, &nodes), len(p.Devices))
 		j.Spec = encodeSpec(js)
 		muts = append(muts, store.Update(j), s.event(j.Project, store.KindJob, j.ID, j.Status, j.Reason))
 		binds = append(binds, j.ID)
