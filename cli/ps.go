@@ -46,18 +46,25 @@ func psCommand() *cli.Command {
 }
 
 // watch redraws show's output every interval until ctx ends or a signal
-// arrives; each frame replaces the previous one on a terminal.
+// arrives; each frame replaces the previous one on a terminal. Written to
+// a file or a pipe, frames follow each other under a line with their time,
+// with no terminal codes.
 func watch(ctx context.Context, w io.Writer, every time.Duration, show func(context.Context, io.Writer) error) error {
 	sigs, stop := interrupts()
 	defer stop()
 	t := time.NewTicker(every)
 	defer t.Stop()
+	tty := isTerminal(w)
 	for {
 		var frame strings.Builder
 		if err := show(ctx, &frame); err != nil {
 			return err
 		}
-		fmt.Fprint(w, "\033[H\033[2J"+frame.String())
+		if tty {
+			fmt.Fprint(w, "\033[H\033[2J"+frame.String())
+		} else {
+			fmt.Fprintf(w, "--- %s\n%s", time.Now().Format(time.RFC3339), frame.String())
+		}
 		select {
 		case <-ctx.Done():
 			return nil
