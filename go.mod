@@ -22,6 +22,8 @@ require (
 	golang.org/x/time v0.16.0
 )
 
+require github.com/aws/aws-sdk-go-v2/service/pricing v1.51.6
+
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/credentials v1.21.1
