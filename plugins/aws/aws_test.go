@@ -23,6 +23,7 @@ func newBackend(t *testing.T, cfg Config) *Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.Close)
 	return b
 }
 

@@ -31,6 +31,8 @@ type Backend struct {
 	log     zerolog.Logger
 	catalog []catalogEntry
 	clients map[string]*ec2.Client // by region
+	live    livePrices             // AWS's current prices over the catalog's (pricing.go)
+	stop    context.CancelFunc
 }
 
 var (
@@ -59,8 +61,14 @@ func New(cfg Config, log zerolog.Logger) (*Backend, error) {
 		}
 		b.clients[region] = ec2.New(opts)
 	}
+	ctx, stop := context.WithCancel(context.Background())
+	b.stop = stop
+	go b.refreshLoop(ctx)
 	return b, nil
 }
+
+// Close stops the price refresh New started.
+func (b *Backend) Close() { b.stop() }
 
 // retryer is the SDK's standard retryer (3 attempts, backoff) that does
 // not retry a no-capacity answer: the server tries another offer instead,
@@ -144,7 +152,8 @@ func (b *Backend) callError(what, region string, err error) error {
 }
 
 // Offers implements plugins.Backend: every catalog type in every region,
-// on demand and spot, cheapest first.
+// on demand and spot, cheapest first, at AWS's current prices where a
+// refresh got them (PriceSource), else the catalog's.
 func (b *Backend) Offers(_ context.Context, q plugins.OfferQuery) ([]api.Offer, error) {
 	var out []api.Offer
 	for _, region := range b.cfg.Regions {
@@ -159,7 +168,9 @@ func (b *Backend) Offers(_ context.Context, q plugins.OfferQuery) ([]api.Offer, 
 				if q.Spot != nil && *q.Spot != spot {
 					continue
 				}
-				out = append(out, e.offer(region, spot))
+				o := e.offer(region, spot)
+				o.Price = b.price(region, e, spot)
+				out = append(out, o)
 			}
 		}
 	}

@@ -24,9 +24,10 @@ import (
 // configured region (most US and EU regions list these types within a few
 // percent of us-east-1; some Asian regions are 10-30% dearer).
 //
-// Refreshing from the AWS Price List API (pricing:GetProducts, us-east-1
-// only) and the spot price history (ec2:DescribeSpotPriceHistory) when the
-// credentials allow is future work: docs/backends.md says so.
+// The backend refreshes these from the AWS Price List API
+// (pricing:GetProducts, us-east-1) and the spot price history
+// (ec2:DescribeSpotPriceHistory) when the credentials allow (pricing.go);
+// a price it does not get stays the catalog's.
 const CatalogDate = "2025-06"
 
 //go:embed catalog.csv

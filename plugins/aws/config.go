@@ -17,13 +17,20 @@ type Config struct {
 	// AccessKeyID and SecretAccessKey (and SessionToken for temporary
 	// credentials) are an IAM user's or role's static credentials. They
 	// need ec2:DescribeRegions, DescribeInstances, DescribeImages (with
-	// ami_lookup), RunInstances, CreateTags and TerminateInstances.
+	// ami_lookup), RunInstances, CreateTags and TerminateInstances; and,
+	// optionally, pricing:GetProducts and ec2:DescribeSpotPriceHistory to
+	// refresh the catalog's prices.
 	AccessKeyID     string `json:"access_key_id"`
 	SecretAccessKey string `json:"secret_access_key"`
 	SessionToken    string `json:"session_token,omitempty"`
 	// EndpointURL replaces EC2's regional endpoints (an EC2-compatible
 	// cloud, or the tests' local endpoint).
 	EndpointURL string `json:"endpoint_url,omitempty"`
+	// PricingEndpointURL replaces the AWS Price List Query API's endpoint
+	// (api.pricing.us-east-1.amazonaws.com; the tests' local one). With
+	// endpoint_url set and this empty, prices are not refreshed from AWS
+	// (its list prices are not an EC2-compatible cloud's).
+	PricingEndpointURL string `json:"pricing_endpoint_url,omitempty"`
 	// SubnetID and SecurityGroupIDs place the machines; empty: the
 	// region's default VPC and security group. Both are regional, so
 	// they need exactly one region.
@@ -95,6 +102,12 @@ func (c Config) validate() error {
 		u, err := url.Parse(c.EndpointURL)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 			return fmt.Errorf("aws backend: endpoint_url %q: an http(s) URL", c.EndpointURL)
+		}
+	}
+	if c.PricingEndpointURL != "" {
+		u, err := url.Parse(c.PricingEndpointURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("aws backend: pricing_endpoint_url %q: an http(s) URL", c.PricingEndpointURL)
 		}
 	}
 	if c.RegistrationURL != "" {

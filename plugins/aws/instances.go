@@ -212,10 +212,7 @@ func (b *Backend) instance(region string, i types.Instance) plugins.Instance {
 		}
 	}
 	if e, ok := b.entry(out.Type); ok {
-		out.Price = e.OnDemand
-		if out.Spot {
-			out.Price = e.Spot
-		}
+		out.Price = b.price(region, e, out.Spot)
 	}
 	if r := i.StateReason; r != nil {
 		code := aws.ToString(r.Code)

@@ -1,7 +1,8 @@
 // Package ec2fake is a local EC2 endpoint for tests: an HTTP server that
 // speaks the EC2 query API (form-encoded Action=...; XML answers) for
 // exactly the calls the aws backend makes (DescribeRegions,
-// DescribeImages, RunInstances, DescribeInstances, TerminateInstances),
+// DescribeImages, RunInstances, DescribeInstances, TerminateInstances,
+// DescribeSpotPriceHistory: empty unless a test sets SpotPrice),
 // records every call, and lets a test refuse capacity or interrupt a spot
 // machine. It checks that requests carry its access key id, not the
 // signature. It must not import the aws backend, daemon or store.
@@ -55,6 +56,7 @@ type Server struct {
 	instances  []*Instance
 	noCapacity map[string]bool
 	regions    []string
+	spot       map[string]string // region/type: price
 	// lose is how many RunInstances answers to lose after making the
 	// machine (a 503 in place of the answer).
 	lose int
@@ -71,7 +73,7 @@ func (s *Server) LoseRunAnswers(n int) {
 
 // Start starts a fake with regions enabled; Close stops it.
 func Start(regions ...string) *Server {
-	s := &Server{noCapacity: map[string]bool{}, regions: regions}
+	s := &Server{noCapacity: map[string]bool{}, regions: regions, spot: map[string]string{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -82,6 +84,15 @@ func (s *Server) NoCapacity(typ string, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.noCapacity[typ] = on
+}
+
+// SpotPrice makes DescribeSpotPriceHistory in region list typ at price
+// (USD per hour, as EC2 writes it: "0.3012"), the latest answer of zone
+// a after an older, dearer one.
+func (s *Server) SpotPrice(region, typ, price string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spot[region+"/"+typ] = price
 }
 
 // Interrupt terminates instance id as EC2 takes back a spot machine.
@@ -161,6 +172,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.ok(w, action, body)
 	case "RunInstances":
 		s.runInstances(w, r.PostForm, region)
+	case "DescribeSpotPriceHistory":
+		var b strings.Builder
+		now := time.Now().UTC()
+		for _, typ := range list(r.PostForm, "InstanceType") {
+			if p, ok := s.spot[region+"/"+typ]; ok {
+				// Zone a's older answer is dearer: only the latest counts.
+				fmt.Fprintf(&b, "<item><instanceType>%s</instanceType><productDescription>Linux/UNIX</productDescription><spotPrice>%s</spotPrice><timestamp>%s</timestamp><availabilityZone>%sa</availabilityZone></item>",
+					typ, "99.0", now.Add(-time.Hour).Format(time.RFC3339), region)
+				fmt.Fprintf(&b, "<item><instanceType>%s</instanceType><productDescription>Linux/UNIX</productDescription><spotPrice>%s</spotPrice><timestamp>%s</timestamp><availabilityZone>%sa</availabilityZone></item>",
+					typ, esc(p), now.Format(time.RFC3339), region)
+			}
+		}
+		s.ok(w, action, "<spotPriceHistorySet>"+b.String()+"</spotPriceHistorySet><nextToken></nextToken>")
 	case "DescribeInstances":
 		s.describeInstances(w, r.PostForm, region)
 	case "TerminateInstances":
