@@ -207,13 +207,10 @@ func TestForgottenJobIsReadFromItsExitCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	gdir := filepath.Join(dir, gangName("g"))
-	for name, data := range map[string]string{"": "", "jobs": "a\nb\nc\n", "rank-0.exit": "0\n", "rank-1.exit": "5\n"} {
-		if name == "" {
-			if err := os.Mkdir(gdir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
+	if err := os.Mkdir(gdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"jobs": "a\nb\nc\n", "rank-0.exit": "0\n", "rank-1.exit": "5\n"} {
 		if err := os.WriteFile(filepath.Join(gdir, name), []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}
