@@ -71,7 +71,11 @@ func (a RegisteringAgent) Start(t testing.TB) (*exec.Cmd, *SyncBuffer) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	dataDir := a.DataDir
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		KillJobsUnder(dataDir) // its jobs' shims outlive it by design
+	})
 	return cmd, &out
 }
 
