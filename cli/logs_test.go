@@ -14,6 +14,7 @@ import (
 
 	"gpud.dev/gpud/agent/runtime/process"
 	"gpud.dev/gpud/daemon"
+	"gpud.dev/gpud/internal/testutil"
 )
 
 // envShimHelper makes TestProcessShimHelper act as the process runtime's
@@ -93,6 +94,7 @@ func serveForCLI(t *testing.T, opts daemon.Options) *daemon.Server {
 	t.Cleanup(func() {
 		cancel()
 		srv.Close()
+		testutil.KillJobsUnder(opts.DataDir) // process jobs' shims outlive the server by design
 	})
 	t.Setenv("GPUD_HOME", t.TempDir())
 	t.Setenv("GPUD_SERVER", srv.URL())

@@ -13,6 +13,7 @@ import (
 
 	"gpud.dev/gpud/agent/runtime/process"
 	"gpud.dev/gpud/api"
+	"gpud.dev/gpud/internal/testutil"
 )
 
 // TestMain lets the test binary act as the process runtime's shim, which
@@ -94,6 +95,7 @@ func startServerWith(t testing.TB, opts Options) *testServer {
 		cancel()
 		<-done
 		removeContainers(t, srv)
+		testutil.KillJobsUnder(opts.DataDir) // what a stop could not end (a run placed during the stops)
 	})
 	return &testServer{Server: srv, t: t, admin: srv.AdminToken()}
 }

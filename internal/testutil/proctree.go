@@ -9,10 +9,11 @@ import (
 )
 
 // KillJobsUnder kills, with their descendants, the process runtime's job
-// shims whose command line names a directory under dataDir (an agent's
-// data dir: "gpud agent shim <dataDir>/jobs/<id>"). Shims outlive their
-// agent by design (a restarted agent adopts its jobs), so a test that
-// kills an agent leaves them, and the jobs under them, running for good.
+// shims whose last argument is a job directory under dataDir (an agent's
+// or a server's data dir: "gpud agent shim <dataDir>/jobs/<id>", or a test
+// binary acting as the shim). Shims outlive their agent by design (a
+// restarted agent adopts its jobs), so a test that ends its agent leaves
+// them, and the jobs under them, running for good.
 func KillJobsUnder(dataDir string) {
 	if dataDir == "" {
 		return
@@ -40,12 +41,10 @@ func KillJobsUnder(dataDir string) {
 		if err != nil {
 			continue
 		}
-		args := strings.Split(string(cmdline), "\x00")
-		for i, a := range args {
-			if a == "shim" && i+1 < len(args) && strings.HasPrefix(args[i+1], prefix) {
-				shims = append(shims, pid)
-				break
-			}
+		args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+		if last := args[len(args)-1]; len(args) > 1 && strings.HasPrefix(last, prefix) &&
+			filepath.Base(filepath.Dir(last)) == "jobs" {
+			shims = append(shims, pid)
 		}
 	}
 	var kill func(pid int)
