@@ -63,7 +63,10 @@ func newCLI(t testing.TB) *cli {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(home) })
+	t.Cleanup(func() {
+		testutil.KillJobsUnder(home) // process jobs' shims outlive the server by design
+		os.RemoveAll(home)
+	})
 	env := []string{"HOME=" + home, "GPUD_HOME=" + filepath.Join(home, ".gpud"), "PATH=" + os.Getenv("PATH")}
 	return &cli{t: t, home: home, env: env}
 }
